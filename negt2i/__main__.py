@@ -1,0 +1,5 @@
+import sys
+
+from negt2i.cli import main
+
+sys.exit(main())

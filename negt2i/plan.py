@@ -1,0 +1,60 @@
+"""What perception a prompt needs beyond detection (run only what the prompt needs).
+
+Both the embedded pipeline and the orchestrator call ``plan_perception`` after the
+detector and before the other stages, so the two paths ask the stages for exactly
+the same things and feed ``judge`` identical perception.
+
+- Refined masks (SAM 2) only for the four relation categories, and only for the
+  instance each evaluable statement will measure: the counted instance of an
+  object that is present with a valid count. Other detections of named classes
+  would be refined by the paper too, but no verdict reads them.
+- Attribute scores only for color / material prompts, for the same instances,
+  against every answer of the category (colors plus gray, or materials).
+- Depth only for depth prompts with at least one evaluable statement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from negt2i.config import CURRENT, RuleConfig
+from negt2i.perception import Detections
+from negt2i.rules import select_instances
+from negt2i.spec import Prompt
+from negt2i.vocab import ANSWERS, Category
+
+
+@dataclass(frozen=True)
+class PerceptionPlan:
+    """Detection indices that need refined masks / attribute scores, and whether depth is needed."""
+
+    refine: tuple[int, ...] = ()
+    attributes: tuple[int, ...] = ()
+    answers: tuple[str, ...] = ()
+    depth: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return not (self.refine or self.attributes or self.depth)
+
+
+def plan_perception(prompt: Prompt, detections: Detections, config: RuleConfig = CURRENT) -> PerceptionPlan:
+    """The stages a prompt needs after detection; see the module docstring."""
+    if prompt.category is None or not prompt.statements:
+        return PerceptionPlan()
+    selections = [select_instances(detections, o.class_name, o.count, config) for o in prompt.objects]
+    needed: list[int] = []
+    any_evaluable = False
+    for st in prompt.statements:
+        sels = [selections[i] for i in st.object_indices]
+        if all(s.present and not s.over_count and not s.under_count for s in sels):
+            any_evaluable = True
+            for s in sels:
+                if s.counted[0] not in needed:
+                    needed.append(s.counted[0])
+    needed.sort()
+    category = prompt.category
+    if category.is_attribute:
+        return PerceptionPlan(attributes=tuple(needed), answers=ANSWERS[category] if needed else ())
+    refine = tuple(needed) if config.masks.refine else ()
+    return PerceptionPlan(refine=refine, depth=category is Category.DEPTH and any_evaluable)

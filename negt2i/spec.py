@@ -1,0 +1,384 @@
+"""Prompt records: what a prompt asks for, read from and written to GenEval-style JSONL.
+
+One JSON object per line. GenEval's keys are kept (``tag``, ``prompt``, ``include`` with
+``class`` / ``count``) so GenEval tooling still reads our files; NegT2IBench adds
+``id``, ``category``, ``setting`` and ``statements``::
+
+    {"id": "color-pos0_neg1-000", "tag": "color", "category": "color",
+     "setting": "pos0_neg1", "prompt": "a photo of a non-brown orange",
+     "include": [{"class": "orange", "count": 1}],
+     "statements": [{"kind": "attribute", "object": 0, "value": "brown",
+                     "polarity": "negated"}]}
+
+Relation statements read ``{"kind": "relation", "subject": 0, "target": 1,
+"predicate": "left of", "polarity": "positive"}``; ``object``, ``subject`` and
+``target`` index ``include``.
+
+Reading also accepts GenEval's own statement encodings as positive statements: an
+``include`` entry's ``"color": "red"`` (a color statement on that object) and
+``"position": ["left of", j]`` (this object is left of object ``j``). GenEval's
+``exclude`` entries are accepted only where they restate the over-count rule
+(``count`` one more than the same class's ``include`` count); anything else is an
+error, never silently dropped. Unknown top-level keys are kept in ``extra`` and
+written back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from negt2i.vocab import BENCHMARK_CLASSES, COCO_CLASSES, PREDICATES, VALUES, Category
+
+SETTING_RE = re.compile(r"^pos(\d+)_neg(\d+)$")
+_KNOWN_KEYS = frozenset({"id", "tag", "category", "setting", "prompt", "include", "statements", "exclude"})
+_GENEVAL_COLOR_TAGS = frozenset({"colors", "color_attr"})
+
+
+class SpecError(ValueError):
+    """Invalid prompt metadata; names the line (when read from a file) and the field."""
+
+    def __init__(self, message: str, *, field: str | None = None, line: int | None = None) -> None:
+        self.message = message
+        self.field = field
+        self.line = line
+        where = []
+        if line is not None:
+            where.append(f"line {line}")
+        if field:
+            where.append(f"field {field}")
+        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+    def at_line(self, line: int) -> SpecError:
+        """The same error, located at ``line`` of a file."""
+        return SpecError(self.message, field=self.field, line=line)
+
+
+class Polarity(StrEnum):
+    """Whether a statement must hold (positive) or must not hold (negated)."""
+
+    POSITIVE = "positive"
+    NEGATED = "negated"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class ObjectSpec(_Frozen):
+    """A named object: its class and how many instances the prompt asks for."""
+
+    class_name: str = Field(alias="class")
+    count: int = Field(1, ge=1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.class_name, "count": self.count}
+
+
+class AttributeStatement(_Frozen):
+    """``object`` carries (positive) or does not carry (negated) the attribute ``value``."""
+
+    kind: Literal["attribute"] = "attribute"
+    object: int = Field(ge=0)
+    value: str
+    polarity: Polarity = Polarity.POSITIVE
+
+    @property
+    def object_indices(self) -> tuple[int, ...]:
+        return (self.object,)
+
+
+class RelationStatement(_Frozen):
+    """``subject`` stands (positive) or does not stand (negated) in ``predicate`` to ``target``."""
+
+    kind: Literal["relation"] = "relation"
+    subject: int = Field(ge=0)
+    target: int = Field(ge=0)
+    predicate: str
+    polarity: Polarity = Polarity.POSITIVE
+
+    @property
+    def object_indices(self) -> tuple[int, ...]:
+        return (self.subject, self.target)
+
+
+Statement = Annotated[AttributeStatement | RelationStatement, Field(discriminator="kind")]
+
+
+def setting_name(positive: int, negated: int) -> str:
+    """The polarity setting ``pos{P}_neg{N}``."""
+    return f"pos{positive}_neg{negated}"
+
+
+class Prompt(_Frozen):
+    """A validated prompt: its objects, its statements and their polarity."""
+
+    id: str = Field(min_length=1)
+    prompt: str = Field(min_length=1)
+    category: Category | None = None
+    tag: str = ""
+    objects: tuple[ObjectSpec, ...] = Field(min_length=1)
+    statements: tuple[Statement, ...] = ()
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> Prompt:
+        _validate(self)
+        return self
+
+    @property
+    def n_positive(self) -> int:
+        return sum(s.polarity is Polarity.POSITIVE for s in self.statements)
+
+    @property
+    def n_negated(self) -> int:
+        return sum(s.polarity is Polarity.NEGATED for s in self.statements)
+
+    @property
+    def setting(self) -> str:
+        """``pos{P}_neg{N}``: the numbers of positive and negated statements."""
+        return setting_name(self.n_positive, self.n_negated)
+
+    def describe(self, index: int) -> str:
+        """Statement ``index`` in words, e.g. ``the laptop is not right of the carrot``."""
+        st = self.statements[index]
+        neg = st.polarity is Polarity.NEGATED
+        if isinstance(st, AttributeStatement):
+            name = self.objects[st.object].class_name
+            return f"a {'non-' if neg else ''}{st.value} {name}"
+        subject = self.objects[st.subject].class_name
+        target = self.objects[st.target].class_name
+        return f"the {subject} is {'not ' if neg else ''}{st.predicate} the {target}"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSONL record (GenEval keys first, then NegT2IBench's)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "tag": self.tag or (self.category.value if self.category else ""),
+            "category": self.category.value if self.category else None,
+            "setting": self.setting,
+            "prompt": self.prompt,
+            "include": [o.to_json() for o in self.objects],
+            "statements": [s.model_dump(mode="json") for s in self.statements],
+        }
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out
+
+
+def _fail(field: str, message: str) -> None:
+    raise SpecError(message, field=field)
+
+
+def _validate(p: Prompt) -> None:
+    """Every check on a prompt's metadata; raises ``SpecError`` naming the field."""
+    seen: dict[str, int] = {}
+    for i, obj in enumerate(p.objects):
+        if obj.class_name not in COCO_CLASSES:
+            _fail(f"include[{i}].class", f"unknown class {obj.class_name!r} (not one of the 80 COCO classes)")
+        if obj.class_name in seen:
+            _fail(f"include[{i}].class", f"class {obj.class_name!r} is already named by include[{seen[obj.class_name]}]")
+        seen[obj.class_name] = i
+    if p.statements and p.category is None:
+        _fail("category", "a prompt with statements needs a category")
+    for k, st in enumerate(p.statements):
+        field = f"statements[{k}]"
+        for name, idx in (("object", getattr(st, "object", None)), ("subject", getattr(st, "subject", None)),
+                          ("target", getattr(st, "target", None))):  # fmt: skip
+            if idx is not None and idx >= len(p.objects):
+                _fail(f"{field}.{name}", f"points at object {idx}, but the prompt names {len(p.objects)} objects")
+        for idx in st.object_indices:
+            if p.objects[idx].count != 1:
+                _fail(
+                    f"include[{idx}].count",
+                    f"object {p.objects[idx].class_name!r} is used by {field} and must have count 1, "
+                    f"not {p.objects[idx].count}",
+                )
+        assert p.category is not None  # checked above
+        if isinstance(st, AttributeStatement):
+            if not p.category.is_attribute:
+                _fail(f"{field}.kind", f"an attribute statement in a {p.category} prompt")
+            if st.value not in VALUES[p.category]:
+                _fail(f"{field}.value", f"{st.value!r} is not a {p.category} value (expected one of {', '.join(VALUES[p.category])})")
+        else:
+            if not p.category.is_relation:
+                _fail(f"{field}.kind", f"a relation statement in a {p.category} prompt")
+            if st.predicate not in PREDICATES[p.category]:
+                allowed = ", ".join(PREDICATES[p.category])
+                _fail(f"{field}.predicate", f"unknown predicate {st.predicate!r} for category {p.category} (expected one of {allowed})")
+            if st.subject == st.target:
+                _fail(f"{field}.target", "a relation's subject and target must be different objects")
+    keys = [(s.model_dump_json(exclude={"polarity"})) for s in p.statements]
+    for k, key in enumerate(keys):
+        if key in keys[:k]:
+            _fail(f"statements[{k}]", "the same statement is made twice")
+
+
+def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) -> Prompt:
+    """Build a prompt from one JSON record (ours or GenEval's); raises ``SpecError``."""
+    if not isinstance(record, Mapping):
+        raise SpecError(f"expected a JSON object, got {type(record).__name__}")
+    for key in ("prompt", "include"):
+        if key not in record:
+            raise SpecError("missing required key", field=key)
+    include = record["include"]
+    if not isinstance(include, list) or not include:
+        raise SpecError("must be a non-empty list of objects", field="include")
+    pid = record.get("id", default_id)
+    if pid is None:
+        raise SpecError("missing required key", field="id")
+
+    objects: list[dict[str, Any]] = []
+    statements: list[dict[str, Any]] = []
+    inferred: set[Category] = set()
+    for i, entry in enumerate(include):
+        if not isinstance(entry, Mapping):
+            raise SpecError("must be an object", field=f"include[{i}]")
+        unknown = set(entry) - {"class", "count", "color", "position"}
+        if unknown:
+            raise SpecError(f"unknown keys {sorted(unknown)}", field=f"include[{i}]")
+        if "class" not in entry:
+            raise SpecError("missing required key", field=f"include[{i}].class")
+        count = entry.get("count", 1)
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise SpecError(f"count must be a positive integer, got {count!r}", field=f"include[{i}].count")
+        objects.append({"class": entry["class"], "count": count})
+        if "color" in entry:
+            inferred.add(Category.COLOR)
+            statements.append({"kind": "attribute", "object": i, "value": entry["color"], "polarity": "positive"})
+        if "position" in entry:
+            pos = entry["position"]
+            if not (isinstance(pos, list) and len(pos) == 2 and isinstance(pos[0], str) and isinstance(pos[1], int)):
+                raise SpecError(f"expected [relation, index], got {pos!r}", field=f"include[{i}].position")
+            inferred.add(Category.DIRECTIONAL)
+            statements.append({"kind": "relation", "subject": i, "target": pos[1], "predicate": pos[0], "polarity": "positive"})
+
+    for j, ex in enumerate(record.get("exclude", []) or []):
+        field = f"exclude[{j}]"
+        match = [o for o in objects if isinstance(ex, Mapping) and o["class"] == ex.get("class")]
+        if not match or ex.get("count") != match[0]["count"] + 1 or set(ex) - {"class", "count"}:
+            raise SpecError(
+                "only exclude entries that restate the over-count rule are supported "
+                "(same class as an include entry, count one more)",
+                field=field,
+            )
+
+    raw_statements = record.get("statements", [])
+    if not isinstance(raw_statements, list):
+        raise SpecError("must be a list", field="statements")
+    statements.extend(raw_statements)
+
+    category = record.get("category")
+    if category is None and inferred:
+        if len(inferred) > 1:
+            raise SpecError("mixes color and position entries; one category per prompt", field="include")
+        category = inferred.pop()
+    elif category is None and record.get("tag") in {c.value for c in Category}:
+        category = record["tag"]
+    if category is not None and category not in {c.value for c in Category}:
+        raise SpecError(f"unknown category {category!r} (expected one of {', '.join(c.value for c in Category)})", field="category")
+    tag = record.get("tag", category or "")
+
+    try:
+        prompt = Prompt(
+            id=str(pid),
+            prompt=record["prompt"],
+            category=category,
+            tag=tag,
+            objects=tuple(ObjectSpec.model_validate(o) for o in objects),
+            statements=tuple(statements),  # type: ignore[arg-type]
+            extra={k: v for k, v in record.items() if k not in _KNOWN_KEYS},
+        )
+    except ValidationError as exc:
+        raise _from_validation_error(exc) from None
+    if "setting" in record and record["setting"] != prompt.setting:
+        raise SpecError(
+            f"says {record['setting']!r} but the statements make it {prompt.setting!r}", field="setting"
+        )
+    return prompt
+
+
+def _from_validation_error(exc: ValidationError) -> SpecError:
+    err = exc.errors()[0]
+    cause = err.get("ctx", {}).get("error")
+    if isinstance(cause, SpecError):
+        return SpecError(cause.message, field=cause.field)
+    loc = ".".join(str(p) for p in err["loc"])
+    loc = loc.replace("objects.", "include.")
+    loc = re.sub(r"\.(\d+)", r"[\1]", loc)
+    loc = re.sub(r"\.(attribute|relation)\b", "", loc)
+    return SpecError(str(err["msg"]), field=loc or None)
+
+
+def iter_prompts(path: str | Path) -> Iterator[Prompt]:
+    """Yield the prompts of a JSONL file; the first bad line raises ``SpecError`` with its number.
+
+    Blank lines are allowed. A record without ``id`` gets its 0-based record index,
+    zero-padded to five digits, as GenEval names its output folders.
+    """
+    ids: dict[str, int] = {}
+    index = 0
+    with Path(path).open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise SpecError(f"not valid JSON: {exc.msg} (column {exc.colno})", line=lineno) from None
+            try:
+                prompt = parse_prompt(record, default_id=f"{index:05d}")
+            except SpecError as exc:
+                raise exc.at_line(lineno) from None
+            if prompt.id in ids:
+                raise SpecError(f"duplicate id {prompt.id!r} (first on line {ids[prompt.id]})", field="id", line=lineno)
+            ids[prompt.id] = lineno
+            index += 1
+            yield prompt
+
+
+def read_prompts(path: str | Path) -> list[Prompt]:
+    """All prompts of a JSONL file (see ``iter_prompts``)."""
+    return list(iter_prompts(path))
+
+
+def dumps_prompt(prompt: Prompt) -> str:
+    """One JSONL line (without the newline)."""
+    return json.dumps(prompt.to_json(), ensure_ascii=False, separators=(", ", ": "))
+
+
+def write_prompts(path: str | Path, prompts: Iterable[Prompt]) -> int:
+    """Write prompts as JSONL, atomically; returns how many were written."""
+    target = Path(path)
+    tmp = target.with_name(target.name + ".tmp")
+    n = 0
+    with tmp.open("w", encoding="utf-8", newline="\n") as fh:
+        for prompt in prompts:
+            fh.write(dumps_prompt(prompt) + "\n")
+            n += 1
+    tmp.replace(target)
+    return n
+
+
+__all__ = [
+    "BENCHMARK_CLASSES",
+    "AttributeStatement",
+    "ObjectSpec",
+    "Polarity",
+    "Prompt",
+    "RelationStatement",
+    "SpecError",
+    "Statement",
+    "dumps_prompt",
+    "iter_prompts",
+    "parse_prompt",
+    "read_prompts",
+    "setting_name",
+    "write_prompts",
+]

@@ -1,0 +1,1 @@
+"""Perception stages: one small interface per stage and a registry of backends by name."""

@@ -1,0 +1,92 @@
+"""The four stage interfaces. Backends (in-process models, or remote services) implement them.
+
+Images are RGB ``uint8`` arrays (H, W, 3). Every method is batched over images or
+instances; a backend may split batches further. Backends are deterministic: the
+same inputs give the same outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+from pydantic import BaseModel, ConfigDict
+
+from negt2i.perception import Detections
+
+Image = NDArray[np.uint8]
+
+
+class ModelInfo(BaseModel):
+    """What produced a stage's output; recorded in every results line."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
+
+    stage: str
+    """``detector``, ``segmenter``, ``attributes`` or ``depth``."""
+    backend: str
+    """Registry name of the backend, e.g. ``rfdetr-seg-xl``."""
+    model: str
+    """Model identifier, e.g. ``RFDETRSegXLarge`` or ``facebook/sam2.1-hiera-small``."""
+    revision: str = ""
+    """Weights revision or file name."""
+    sha256: str = ""
+    """Hash of the weights actually loaded (empty for random test weights)."""
+    library: str = ""
+    """Backend library and version, e.g. ``rfdetr 1.11.2``."""
+    device: str = "cpu"
+    dtype: str = "float32"
+
+
+@runtime_checkable
+class Detector(Protocol):
+    """Detects COCO objects with instance masks."""
+
+    info: ModelInfo
+
+    def detect(self, images: Sequence[Image]) -> list[Detections]:
+        """One ``Detections`` per image, class names in benchmark spelling, scores >= the prediction floor."""
+        ...
+
+
+@runtime_checkable
+class Segmenter(Protocol):
+    """Refines detector masks with box prompts (SAM 2.1)."""
+
+    info: ModelInfo
+
+    def refine(self, image: Image, boxes: NDArray[np.float32], reference_masks: NDArray[np.bool_]) -> NDArray[np.bool_]:
+        """Refined masks (K, H, W) for K ``xyxy`` boxes, each candidate chosen by overlap with its
+        reference (detector) mask and post-processed (closing, small components dropped)."""
+        ...
+
+
+@runtime_checkable
+class AttributeScorer(Protocol):
+    """Scores instance crops against attribute values (SigLIP 2)."""
+
+    info: ModelInfo
+
+    def score(
+        self,
+        image: Image,
+        masks: NDArray[np.bool_],
+        class_names: Sequence[str],
+        answers: Sequence[str],
+    ) -> NDArray[np.float32]:
+        """Scores (K, len(answers)) as 100 x cosine similarity, for K instances given by their
+        detector masks (pixels outside the mask filled with gray #999 inside the box crop)."""
+        ...
+
+
+@runtime_checkable
+class DepthEstimator(Protocol):
+    """Estimates relative disparity (Depth-Anything V2)."""
+
+    info: ModelInfo
+
+    def disparity(self, images: Sequence[Image]) -> list[NDArray[np.float32]]:
+        """One (H, W) disparity map per image, resized to the image; larger = closer."""
+        ...

@@ -1,0 +1,307 @@
+"""Per-image verdicts: one pure function judges a prompt against what the stages saw.
+
+``judge(prompt, perception, config)`` decides, exactly as Appendix C.1 does, which
+objects are present and validly counted, which predicates fire for each
+statement, whether each statement passes, why it failed, and whether the image
+is correct (every object present with a valid count and every statement passed).
+
+Failure causes (Appendix C.3) and the precedence used when several apply to one
+statement, first match wins:
+
+1. ``undetected_object``: an object the statement refers to is not present
+   (no detection reaches the presence threshold), or, for ``count > 1`` objects,
+   fewer instances were counted than requested;
+2. ``over_count``: an object it refers to has more counted instances than requested;
+3. ``dead_zone``: a positive directional / comparative / depth statement whose
+   fired set is empty (no predicate was decisive);
+4. ``positive_violated``: a positive statement whose predicate / value did not fire;
+5. ``negated_violated``: a negated statement whose predicate / value fired.
+
+The statement is *evaluated* only when 1 and 2 do not apply; otherwise its fired
+set is ``null``. A negated statement that passes with an empty fired set is a
+*dead-zone pass* (``dead_zone: true``, Table 19).
+
+Row-level failure class of an incorrect image (Appendix E.2), first match wins:
+``undetected_object`` (any named object missing or under-counted),
+``over_count``, then by the polarity of the violated statements
+``positive_violated`` (positive violations and dead-zone failures only),
+``negated_violated`` (negated only) or ``both_polarities``.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from negt2i import __version__
+from negt2i.config import CURRENT, RuleConfig
+from negt2i.geometry import MaskStats, mask_stats
+from negt2i.perception import ImagePerception
+from negt2i.rules import (
+    InstanceSelection,
+    Measurement,
+    attribute_confusion_set,
+    measure_comparative,
+    measure_depth,
+    measure_directional,
+    measure_proximity,
+    select_instances,
+    statement_passes,
+)
+from negt2i.spec import AttributeStatement, Polarity, Prompt, RelationStatement
+from negt2i.vocab import ANSWERS, Category
+
+
+class PerceptionError(ValueError):
+    """The perception lacks something the prompt needs; no verdict is produced from partial perception."""
+
+
+class FailureCause(StrEnum):
+    """Why a statement failed (Appendix C.3)."""
+
+    UNDETECTED_OBJECT = "undetected_object"
+    OVER_COUNT = "over_count"
+    DEAD_ZONE = "dead_zone"
+    POSITIVE_VIOLATED = "positive_violated"
+    NEGATED_VIOLATED = "negated_violated"
+
+
+class RowFailure(StrEnum):
+    """Why an image failed, at the row level (Appendix C.3 / E.2)."""
+
+    UNDETECTED_OBJECT = "undetected_object"
+    OVER_COUNT = "over_count"
+    POSITIVE_VIOLATED = "positive_violated"
+    NEGATED_VIOLATED = "negated_violated"
+    BOTH_POLARITIES = "both_polarities"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class ObjectVerdict(_Model):
+    """Presence and count of one named object."""
+
+    index: int
+    class_name: str = Field(alias="class")
+    requested: int
+    present: bool
+    counted: int
+    kept: int
+    fallback: bool
+    top_score: float | None
+    over_count: bool
+    under_count: bool
+    exempt: bool
+    detections: list[int]
+    """Indices (into the detector's output) of the counted instances."""
+
+    @property
+    def ok(self) -> bool:
+        """Present with a valid count."""
+        return self.present and not self.over_count and not self.under_count
+
+
+class StatementVerdict(_Model):
+    """One statement's decision and the numbers it came from."""
+
+    index: int
+    kind: str
+    polarity: Polarity
+    text: str
+    objects: list[int]
+    requested: str
+    """The value (attribute) or predicate (relation) the statement names."""
+    evaluated: bool
+    fired: list[str] | None
+    passed: bool
+    cause: FailureCause | None
+    dead_zone: bool
+    measurements: dict[str, Any]
+
+
+class Verdict(_Model):
+    """The judgement of one image against one prompt."""
+
+    prompt_id: str
+    tag: str
+    prompt: str
+    category: Category | None
+    setting: str
+    correct: bool
+    reason: str
+    """GenEval-style summary of every failure, ``""`` when correct."""
+    failure_class: RowFailure | None
+    objects: list[ObjectVerdict]
+    statements: list[StatementVerdict]
+    config: dict[str, Any]
+    evaluator_version: str = __version__
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (aliases used, e.g. ``class``)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
+
+
+def _object_verdict(index: int, sel: InstanceSelection) -> ObjectVerdict:
+    return ObjectVerdict(
+        index=index,
+        class_name=sel.class_name,
+        requested=sel.requested,
+        present=sel.present,
+        counted=len(sel.counted),
+        kept=len(sel.kept),
+        fallback=sel.fallback,
+        top_score=sel.top_score,
+        over_count=sel.over_count,
+        under_count=sel.under_count,
+        exempt=sel.exempt,
+        detections=list(sel.counted),
+    )
+
+
+class _Masks:
+    """Relation masks of counted instances, measured once per image."""
+
+    def __init__(self, perception: ImagePerception, config: RuleConfig) -> None:
+        self.perception = perception
+        self.refine = config.masks.refine
+        self.cache: dict[int, MaskStats] = {}
+
+    def stats(self, det: int) -> MaskStats:
+        if det not in self.cache:
+            if self.refine:
+                refined = self.perception.refined
+                if refined is None or det not in refined:
+                    raise PerceptionError(
+                        f"no refined mask for detection {det}; relation prompts need SAM-refined masks "
+                        "(or a config with masks.refine = false)"
+                    )
+                mask = refined[det]
+            else:
+                mask = self.perception.detections.masks[det]
+            self.cache[det] = mask_stats(mask)
+        return self.cache[det]
+
+
+def _measure(
+    prompt: Prompt, st: AttributeStatement | RelationStatement, dets: list[int], perception: ImagePerception,
+    masks: _Masks, config: RuleConfig,
+) -> tuple[frozenset[str], dict[str, Any]]:  # fmt: skip
+    category = prompt.category
+    assert category is not None  # a prompt with statements always has one
+    if isinstance(st, AttributeStatement):
+        attrs = perception.attributes
+        if attrs is None or dets[0] not in attrs:
+            raise PerceptionError(f"no attribute scores for detection {dets[0]} ({prompt.objects[st.object].class_name})")
+        if set(ANSWERS[category]) - set(attrs.answers):
+            raise PerceptionError(f"attribute scores cover {list(attrs.answers)}, a {category} prompt needs {list(ANSWERS[category])}")
+        scores = {v: attrs[dets[0]][v] for v in ANSWERS[category]}
+        beta = config.attributes.color_beta if category is Category.COLOR else config.attributes.material_beta
+        fired = attribute_confusion_set(scores, beta)
+        return fired, {"scores": scores, "top_score": max(scores.values()), "beta": beta}
+    a, b = masks.stats(dets[0]), masks.stats(dets[1])
+    m: Measurement
+    if category is Category.DIRECTIONAL:
+        m = measure_directional(a, b, config)
+    elif category is Category.PROXIMITY:
+        m = measure_proximity(a, b, config)
+    elif category is Category.COMPARATIVE:
+        m = measure_comparative(a, b, config)
+    else:
+        disp = perception.disparity
+        if disp is None:
+            raise PerceptionError("depth prompts need a disparity map")
+        m = measure_depth(a, b, disp.values, config, disparity_range=disp.value_range)
+    return m.predicates, dict(m.values)
+
+
+def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURRENT) -> Verdict:
+    """Judge one image's perception against a prompt; see the module docstring for the rules."""
+    selections = [
+        select_instances(perception.detections, obj.class_name, obj.count, config) for obj in prompt.objects
+    ]
+    objects = [_object_verdict(i, sel) for i, sel in enumerate(selections)]
+    masks = _Masks(perception, config)
+    statements: list[StatementVerdict] = []
+    reasons: list[str] = []
+    for ov in objects:
+        if not ov.present or ov.under_count:
+            reasons.append(f"expected {ov.class_name}>={ov.requested}, found {ov.counted if ov.present else 0}")
+        elif ov.over_count:
+            reasons.append(f"expected {ov.requested} {ov.class_name}, found {ov.counted}")
+
+    for k, st in enumerate(prompt.statements):
+        involved = [objects[i] for i in st.object_indices]
+        text = prompt.describe(k)
+        requested = st.value if isinstance(st, AttributeStatement) else st.predicate
+        cause: FailureCause | None = None
+        fired: frozenset[str] | None = None
+        values: dict[str, Any] = {}
+        if any(not o.present or o.under_count for o in involved):
+            cause = FailureCause.UNDETECTED_OBJECT
+        elif any(o.over_count for o in involved):
+            cause = FailureCause.OVER_COUNT
+        else:
+            dets = [o.detections[0] for o in involved]
+            fired, values = _measure(prompt, st, dets, perception, masks, config)
+        passed = fired is not None and statement_passes(requested, fired, st.polarity)
+        empty = fired is not None and not fired and prompt.category is not None and prompt.category.has_dead_zone
+        if fired is not None and not passed:
+            if st.polarity is Polarity.NEGATED:
+                cause = FailureCause.NEGATED_VIOLATED
+            elif empty:
+                cause = FailureCause.DEAD_ZONE
+            else:
+                cause = FailureCause.POSITIVE_VIOLATED
+        if not passed and fired is not None:
+            reasons.append(f"{text}: {cause} (fired: {', '.join(sorted(fired)) or 'nothing'})")
+        statements.append(
+            StatementVerdict(
+                index=k,
+                kind=st.kind,
+                polarity=st.polarity,
+                text=text,
+                objects=list(st.object_indices),
+                requested=requested,
+                evaluated=fired is not None,
+                fired=sorted(fired) if fired is not None else None,
+                passed=passed,
+                cause=cause,
+                dead_zone=empty,
+                measurements=values,
+            )
+        )
+
+    correct = all(o.ok for o in objects) and all(s.passed for s in statements)
+    return Verdict(
+        prompt_id=prompt.id,
+        tag=prompt.tag,
+        prompt=prompt.prompt,
+        category=prompt.category,
+        setting=prompt.setting,
+        correct=correct,
+        reason="; ".join(reasons),
+        failure_class=None if correct else _row_failure(objects, statements),
+        objects=objects,
+        statements=statements,
+        config=config.record(),
+    )
+
+
+def _row_failure(objects: list[ObjectVerdict], statements: list[StatementVerdict]) -> RowFailure:
+    if any(not o.present or o.under_count for o in objects):
+        return RowFailure.UNDETECTED_OBJECT
+    if any(o.over_count for o in objects):
+        return RowFailure.OVER_COUNT
+    positive = any(s.cause in (FailureCause.POSITIVE_VIOLATED, FailureCause.DEAD_ZONE) for s in statements)
+    negated = any(s.cause is FailureCause.NEGATED_VIOLATED for s in statements)
+    if positive and negated:
+        return RowFailure.BOTH_POLARITIES
+    return RowFailure.NEGATED_VIOLATED if negated else RowFailure.POSITIVE_VIOLATED
