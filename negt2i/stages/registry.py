@@ -1,0 +1,61 @@
+"""A registry of stage backends by name (``rfdetr-seg-xl``, ``sam2.1-hiera-small``, ...).
+
+Backends register a factory for a stage; ``create(stage, name, **options)`` builds
+one. Built-in backends register themselves when their module is imported; the
+modules listed in ``BUILTIN_MODULES`` are imported lazily on first use, so
+importing the registry never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any, Final
+
+STAGES: Final[tuple[str, ...]] = ("detector", "segmenter", "attributes", "depth")
+
+BUILTIN_MODULES: list[str] = []
+"""Modules that register built-in backends when imported (filled in by the backend packages)."""
+
+_FACTORIES: dict[str, dict[str, Callable[..., Any]]] = {stage: {} for stage in STAGES}
+_loaded = False
+
+
+def _check_stage(stage: str) -> None:
+    if stage not in _FACTORIES:
+        raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+
+
+def register(stage: str, name: str, factory: Callable[..., Any], *, replace: bool = False) -> None:
+    """Register ``factory(**options)`` as backend ``name`` of ``stage``."""
+    _check_stage(stage)
+    if name in _FACTORIES[stage] and not replace:
+        raise ValueError(f"{stage} backend {name!r} is already registered")
+    _FACTORIES[stage][name] = factory
+
+
+def _load_builtins() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+
+
+def available(stage: str) -> list[str]:
+    """Names of the registered backends of ``stage``, sorted."""
+    _check_stage(stage)
+    _load_builtins()
+    return sorted(_FACTORIES[stage])
+
+
+def create(stage: str, name: str, **options: Any) -> Any:
+    """Build backend ``name`` of ``stage``; the error lists the known names."""
+    _check_stage(stage)
+    _load_builtins()
+    try:
+        factory = _FACTORIES[stage][name]
+    except KeyError:
+        known = ", ".join(sorted(_FACTORIES[stage])) or "none"
+        raise ValueError(f"unknown {stage} backend {name!r}; registered: {known}") from None
+    return factory(**options)
