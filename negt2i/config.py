@@ -139,9 +139,7 @@ def load_config(source: str) -> RuleConfig:
 
     path = Path(source)
     if not path.is_file():
-        raise ValueError(
-            f"rule config {source!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file"
-        )
+        raise ValueError(f"rule config {source!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file")
     data = json.loads(path.read_text())
     data.pop("digest", None)
     return RuleConfig.model_validate(data)

@@ -65,9 +65,7 @@ class MaskStats:
     def boundary_points(self) -> NDArray[np.float64]:
         """(row, col) of mask pixels with a 4-neighbour outside the mask (or the image)."""
         padded = np.pad(self.crop, 1)
-        interior = (
-            padded[1:-1, 1:-1] & padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:]
-        )
+        interior = padded[1:-1, 1:-1] & padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:]
         rows, cols = np.nonzero(self.crop & ~interior)
         return np.column_stack((rows + self.row0, cols + self.col0)).astype(np.float64)
 
@@ -133,7 +131,7 @@ def facing_surface(a: MaskStats, b: MaskStats, limit: float) -> tuple[NDArray[np
     window are exact).
     """
     h, w = a.shape_hw
-    m = int(math.floor(limit)) + 1
+    m = math.floor(limit) + 1
     r0, r1 = max(b.row0 - m, 0), min(b.row1 + m, h - 1)
     c0, c1 = max(b.col0 - m, 0), min(b.col1 + m, w - 1)
     # A's part of the window

@@ -65,7 +65,11 @@ class Detections:
         hw = _check_hw(self.shape_hw)
         n = len(self.class_names)
         scores = np.asarray(self.scores, dtype=np.float32)
-        xyxy = np.asarray(self.xyxy, dtype=np.float32).reshape(-1, 4) if n == 0 else np.asarray(self.xyxy, dtype=np.float32)
+        xyxy = (
+            np.asarray(self.xyxy, dtype=np.float32).reshape(-1, 4)
+            if n == 0
+            else np.asarray(self.xyxy, dtype=np.float32)
+        )
         masks = np.asarray(self.masks)
         if n == 0:
             masks = masks.reshape((0, *hw)) if masks.size == 0 else masks
@@ -169,9 +173,7 @@ class AttributeScores:
         for key, per_value in self.scores.items():
             got = set(per_value)
             if got != set(answers):
-                raise ValueError(
-                    f"scores for detection {key} cover {sorted(got)}, expected exactly {sorted(answers)}"
-                )
+                raise ValueError(f"scores for detection {key} cover {sorted(got)}, expected exactly {sorted(answers)}")
             values = {v: float(per_value[v]) for v in answers}
             if not all(np.isfinite(s) for s in values.values()):
                 raise ValueError(f"scores for detection {key} must be finite")

@@ -31,7 +31,7 @@ def mask_to_runs(mask: NDArray[np.bool_]) -> list[int]:
         return [0]
     change = np.flatnonzero(flat[1:] != flat[:-1]) + 1
     bounds = np.concatenate(([0], change, [flat.size]))
-    runs = np.diff(bounds).tolist()
+    runs: list[int] = [int(r) for r in np.diff(bounds)]
     if flat[0]:
         runs.insert(0, 0)
     return runs

@@ -183,7 +183,9 @@ def _validate(p: Prompt) -> None:
         if obj.class_name not in COCO_CLASSES:
             _fail(f"include[{i}].class", f"unknown class {obj.class_name!r} (not one of the 80 COCO classes)")
         if obj.class_name in seen:
-            _fail(f"include[{i}].class", f"class {obj.class_name!r} is already named by include[{seen[obj.class_name]}]")
+            _fail(
+                f"include[{i}].class", f"class {obj.class_name!r} is already named by include[{seen[obj.class_name]}]"
+            )
         seen[obj.class_name] = i
     if p.statements and p.category is None:
         _fail("category", "a prompt with statements needs a category")
@@ -205,13 +207,19 @@ def _validate(p: Prompt) -> None:
             if not p.category.is_attribute:
                 _fail(f"{field}.kind", f"an attribute statement in a {p.category} prompt")
             if st.value not in VALUES[p.category]:
-                _fail(f"{field}.value", f"{st.value!r} is not a {p.category} value (expected one of {', '.join(VALUES[p.category])})")
+                _fail(
+                    f"{field}.value",
+                    f"{st.value!r} is not a {p.category} value (expected one of {', '.join(VALUES[p.category])})",
+                )
         else:
             if not p.category.is_relation:
                 _fail(f"{field}.kind", f"a relation statement in a {p.category} prompt")
             if st.predicate not in PREDICATES[p.category]:
                 allowed = ", ".join(PREDICATES[p.category])
-                _fail(f"{field}.predicate", f"unknown predicate {st.predicate!r} for category {p.category} (expected one of {allowed})")
+                _fail(
+                    f"{field}.predicate",
+                    f"unknown predicate {st.predicate!r} for category {p.category} (expected one of {allowed})",
+                )
             if st.subject == st.target:
                 _fail(f"{field}.target", "a relation's subject and target must be different objects")
     keys = [(s.model_dump_json(exclude={"polarity"})) for s in p.statements]
@@ -257,7 +265,9 @@ def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) ->
             if not (isinstance(pos, list) and len(pos) == 2 and isinstance(pos[0], str) and isinstance(pos[1], int)):
                 raise SpecError(f"expected [relation, index], got {pos!r}", field=f"include[{i}].position")
             inferred.add(Category.DIRECTIONAL)
-            statements.append({"kind": "relation", "subject": i, "target": pos[1], "predicate": pos[0], "polarity": "positive"})
+            statements.append(
+                {"kind": "relation", "subject": i, "target": pos[1], "predicate": pos[0], "polarity": "positive"}
+            )
 
     for j, ex in enumerate(record.get("exclude", []) or []):
         field = f"exclude[{j}]"
@@ -282,7 +292,9 @@ def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) ->
     elif category is None and record.get("tag") in {c.value for c in Category}:
         category = record["tag"]
     if category is not None and category not in {c.value for c in Category}:
-        raise SpecError(f"unknown category {category!r} (expected one of {', '.join(c.value for c in Category)})", field="category")
+        raise SpecError(
+            f"unknown category {category!r} (expected one of {', '.join(c.value for c in Category)})", field="category"
+        )
     tag = record.get("tag", category or "")
 
     try:
@@ -292,15 +304,13 @@ def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) ->
             category=category,
             tag=tag,
             objects=tuple(ObjectSpec.model_validate(o) for o in objects),
-            statements=tuple(statements),  # type: ignore[arg-type]
+            statements=tuple(statements),
             extra={k: v for k, v in record.items() if k not in _KNOWN_KEYS},
         )
     except ValidationError as exc:
         raise _from_validation_error(exc) from None
     if "setting" in record and record["setting"] != prompt.setting:
-        raise SpecError(
-            f"says {record['setting']!r} but the statements make it {prompt.setting!r}", field="setting"
-        )
+        raise SpecError(f"says {record['setting']!r} but the statements make it {prompt.setting!r}", field="setting")
     return prompt
 
 

@@ -191,17 +191,26 @@ class _Masks:
 
 
 def _measure(
-    prompt: Prompt, st: AttributeStatement | RelationStatement, dets: list[int], perception: ImagePerception,
-    masks: _Masks, config: RuleConfig,
+    prompt: Prompt,
+    st: AttributeStatement | RelationStatement,
+    dets: list[int],
+    *,
+    perception: ImagePerception,
+    masks: _Masks,
+    config: RuleConfig,
 ) -> tuple[frozenset[str], dict[str, Any]]:  # fmt: skip
     category = prompt.category
     assert category is not None  # a prompt with statements always has one
     if isinstance(st, AttributeStatement):
         attrs = perception.attributes
         if attrs is None or dets[0] not in attrs:
-            raise PerceptionError(f"no attribute scores for detection {dets[0]} ({prompt.objects[st.object].class_name})")
+            raise PerceptionError(
+                f"no attribute scores for detection {dets[0]} ({prompt.objects[st.object].class_name})"
+            )
         if set(ANSWERS[category]) - set(attrs.answers):
-            raise PerceptionError(f"attribute scores cover {list(attrs.answers)}, a {category} prompt needs {list(ANSWERS[category])}")
+            raise PerceptionError(
+                f"attribute scores cover {list(attrs.answers)}, a {category} prompt needs {list(ANSWERS[category])}"
+            )
         scores = {v: attrs[dets[0]][v] for v in ANSWERS[category]}
         beta = config.attributes.color_beta if category is Category.COLOR else config.attributes.material_beta
         fired = attribute_confusion_set(scores, beta)
@@ -224,9 +233,7 @@ def _measure(
 
 def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURRENT) -> Verdict:
     """Judge one image's perception against a prompt; see the module docstring for the rules."""
-    selections = [
-        select_instances(perception.detections, obj.class_name, obj.count, config) for obj in prompt.objects
-    ]
+    selections = [select_instances(perception.detections, obj.class_name, obj.count, config) for obj in prompt.objects]
     objects = [_object_verdict(i, sel) for i, sel in enumerate(selections)]
     masks = _Masks(perception, config)
     statements: list[StatementVerdict] = []
@@ -250,7 +257,7 @@ def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURR
             cause = FailureCause.OVER_COUNT
         else:
             dets = [o.detections[0] for o in involved]
-            fired, values = _measure(prompt, st, dets, perception, masks, config)
+            fired, values = _measure(prompt, st, dets, perception=perception, masks=masks, config=config)
         passed = fired is not None and statement_passes(requested, fired, st.polarity)
         empty = fired is not None and not fired and prompt.category is not None and prompt.category.has_dead_zone
         if fired is not None and not passed:

@@ -18,7 +18,7 @@ BUILTIN_MODULES: list[str] = []
 """Modules that register built-in backends when imported (filled in by the backend packages)."""
 
 _FACTORIES: dict[str, dict[str, Callable[..., Any]]] = {stage: {} for stage in STAGES}
-_loaded = False
+_state = {"loaded": False}
 
 
 def _check_stage(stage: str) -> None:
@@ -35,9 +35,8 @@ def register(stage: str, name: str, factory: Callable[..., Any], *, replace: boo
 
 
 def _load_builtins() -> None:
-    global _loaded
-    if not _loaded:
-        _loaded = True
+    if not _state["loaded"]:
+        _state["loaded"] = True
         for module in BUILTIN_MODULES:
             importlib.import_module(module)
 
