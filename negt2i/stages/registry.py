@@ -14,8 +14,24 @@ from typing import Any, Final
 
 STAGES: Final[tuple[str, ...]] = ("detector", "segmenter", "attributes", "depth")
 
-BUILTIN_MODULES: list[str] = []
-"""Modules that register built-in backends when imported (filled in by the backend packages)."""
+BUILTIN_MODULES: list[str] = [
+    "negt2i.stages.synthetic",
+]
+"""Modules that register built-in backends when imported (filled in by the backend packages).
+
+Each must import its heavy libraries (torch, ...) only inside the backend's constructor."""
+
+DEFAULT_BACKENDS: Final[dict[str, str]] = {
+    "detector": "rfdetr-seg-xl",
+    "segmenter": "sam2.1-hiera-small",
+    "attributes": "siglip2-so400m-378",
+    "depth": "depth-anything-v2-small",
+}
+"""The paper's models (Table 15), used when no backend is named.
+
+Factories take keyword options; the built-in ones all accept ``device`` (``auto``,
+``cpu``, ``cuda``, ``cuda:N``), ``weights_dir`` and ``config`` (a ``RuleConfig``)
+and ignore options that do not concern them."""
 
 _FACTORIES: dict[str, dict[str, Callable[..., Any]]] = {stage: {} for stage in STAGES}
 _state = {"loaded": False}

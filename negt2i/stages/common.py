@@ -1,0 +1,121 @@
+"""Pre- and post-processing shared by the stage backends (numpy only; no torch).
+
+Everything here is a pure function so the real backends (SAM 2.1, SigLIP 2, ...)
+and the synthetic test backends run the same code around their models:
+
+- ``refine_with_candidates``: box prompts in chunks (Table 15: 50 per call), the
+  candidate mask chosen by overlap with the detector's own mask
+  (``negt2i.rules.select_by_overlap``) and post-processed
+  (``negt2i.rules.postprocess_mask``: closing radius 5, components < 5% dropped);
+- ``masked_crop``: the attribute crop, the box cut out of the image with pixels
+  outside the instance mask filled with gray ``#999`` (Appendix C.1);
+- ``box_to_pixels``: continuous ``xyxy`` boxes to integer pixel windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from negt2i.config import CURRENT, RuleConfig
+from negt2i.rules import postprocess_mask, select_by_overlap
+
+GRAY_FILL: Final[tuple[int, int, int]] = (0x99, 0x99, 0x99)
+"""Fill colour for pixels outside the instance mask in attribute crops (``#999``)."""
+
+CandidateFn = Callable[[NDArray[np.float32]], NDArray[np.bool_]]
+"""Maps a chunk of boxes (k, 4) to candidate masks (k, C, H, W) for that chunk."""
+
+
+def check_image(image: NDArray[np.uint8]) -> tuple[int, int]:
+    """``(H, W)`` of an RGB ``uint8`` image; raises ``ValueError`` naming the shape / dtype."""
+    if image.ndim != 3 or image.shape[2] != 3 or image.shape[0] == 0 or image.shape[1] == 0:
+        raise ValueError(f"image must be (H, W, 3) RGB, got shape {image.shape}")
+    if image.dtype != np.uint8:
+        raise ValueError(f"image must be uint8, got dtype {image.dtype}")
+    return (int(image.shape[0]), int(image.shape[1]))
+
+
+def chunks(n: int, size: int) -> Iterator[slice]:
+    """Consecutive slices covering ``range(n)`` with at most ``size`` items each."""
+    if size < 1:
+        raise ValueError(f"chunk size must be >= 1, got {size}")
+    for start in range(0, n, size):
+        yield slice(start, min(start + size, n))
+
+
+def check_boxes(boxes: NDArray[np.float32], reference_masks: NDArray[np.bool_], shape_hw: tuple[int, int]) -> None:
+    """Raise ``ValueError`` unless boxes are (K, 4) and reference masks (K, H, W) at the image size."""
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise ValueError(f"boxes must be (K, 4) xyxy, got shape {boxes.shape}")
+    expected = (boxes.shape[0], *shape_hw)
+    if reference_masks.shape != expected:
+        raise ValueError(f"reference masks have shape {reference_masks.shape}, expected (K, H, W) = {expected}")
+
+
+def refine_with_candidates(
+    shape_hw: tuple[int, int],
+    boxes: NDArray[np.float32],
+    reference_masks: NDArray[np.bool_],
+    candidates: CandidateFn,
+    config: RuleConfig = CURRENT,
+) -> NDArray[np.bool_]:
+    """Refined masks (K, H, W): candidates per chunk of ``config.masks.box_chunk_size`` boxes, the
+    one overlapping its reference mask most (IoU) chosen, then ``postprocess_mask``.
+
+    ``candidates`` is called once per chunk, in order, with that chunk's boxes.
+    """
+    boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+    refs = np.asarray(reference_masks, dtype=bool)
+    check_boxes(boxes, refs, shape_hw)
+    out = np.zeros((boxes.shape[0], *shape_hw), dtype=bool)
+    for part in chunks(boxes.shape[0], config.masks.box_chunk_size):
+        cands = np.asarray(candidates(boxes[part]), dtype=bool)
+        k = part.stop - part.start
+        if cands.ndim != 4 or cands.shape[0] != k or cands.shape[2:] != shape_hw:
+            raise ValueError(
+                f"candidate masks have shape {cands.shape}, expected ({k}, C, {shape_hw[0]}, {shape_hw[1]})"
+            )
+        for j, i in enumerate(range(part.start, part.stop)):
+            best = select_by_overlap(cands[j], refs[i])
+            out[i] = postprocess_mask(cands[j, best], config)
+    return out
+
+
+def box_to_pixels(box: NDArray[np.float32] | tuple[float, ...], shape_hw: tuple[int, int]) -> tuple[int, int, int, int]:
+    """Integer window ``(x0, y0, x1, y1)`` (exclusive ends) covering a continuous ``xyxy`` box, clipped
+    to the image and at least one pixel wide and tall."""
+    h, w = shape_hw
+    x0, y0, x1, y1 = (float(v) for v in box)
+    c0 = min(max(int(np.floor(x0)), 0), w - 1)
+    r0 = min(max(int(np.floor(y0)), 0), h - 1)
+    c1 = max(min(int(np.ceil(x1)), w), c0 + 1)
+    r1 = max(min(int(np.ceil(y1)), h), r0 + 1)
+    return (c0, r0, c1, r1)
+
+
+def masked_crop(
+    image: NDArray[np.uint8],
+    box: NDArray[np.float32] | tuple[float, ...],
+    mask: NDArray[np.bool_],
+    fill: tuple[int, int, int] = GRAY_FILL,
+) -> NDArray[np.uint8]:
+    """The box crop of ``image`` with pixels outside ``mask`` set to ``fill`` (gray ``#999``)."""
+    hw = check_image(image)
+    if mask.shape != hw:
+        raise ValueError(f"mask has shape {mask.shape}, expected (H, W) = {hw}")
+    c0, r0, c1, r1 = box_to_pixels(box, hw)
+    crop = image[r0:r1, c0:c1].copy()
+    crop[~mask[r0:r1, c0:c1]] = np.asarray(fill, dtype=np.uint8)
+    return crop
+
+
+def resize_nearest(values: NDArray[np.float32], shape_hw: tuple[int, int]) -> NDArray[np.float32]:
+    """Nearest-neighbour resize of a 2-D map (used by tests and the synthetic depth backend)."""
+    h, w = shape_hw
+    rows = np.minimum((np.arange(h) + 0.5) * values.shape[0] / h, values.shape[0] - 1).astype(np.intp)
+    cols = np.minimum((np.arange(w) + 0.5) * values.shape[1] / w, values.shape[1] - 1).astype(np.intp)
+    return np.ascontiguousarray(values[np.ix_(rows, cols)], dtype=np.float32)
