@@ -1,0 +1,537 @@
+"""Agreement of the evaluator (and of other judges) with human labels: Section 4 and Appendix B.
+
+Inputs
+------
+Human labels, one row per (image, element, annotator), JSONL or CSV (by suffix)::
+
+    {"image": "00012/samples/0003.png", "element": "statement:1", "annotator": "a07", "answer": "no"}
+
+``image`` is the results line's ``filename`` (or ``prompt_id#sample``); ``element`` is
+``object:I`` (``include[I]``: is the object there, with the right count?) or ``statement:K``
+(``statements[K]``, always asked in its affirmative form, as in the annotation interface:
+"is the bench wooden?" for "a non-wooden bench"); ``answer`` is ``yes`` / ``no`` (or true /
+false / 1 / 0). An optional ``polarity`` column is checked against the verdict. Element k
+is *satisfied* by an answer when ``answer = yes`` for objects and positive statements and
+``answer = no`` for negated statements. Every annotator of an image labels all its
+elements, and every image has the same number m of annotators.
+
+Judge answers (optional), one row per (judge, mode, image, element)::
+
+    {"judge": "Qwen3-VL-32B", "mode": "pos", "image": "...", "element": "statement:1", "p_yes": 0.93}
+
+``mode`` is ``whole`` (one question for the whole prompt, ``element: "prompt"``), ``pos``
+(the per-element questions in affirmative form: the expected answer is yes, except no for
+negated statements) or ``neg`` (negated statements asked in negated form: the expected
+answer is always yes). ``p_yes`` may be replaced by ``answer``. The probability of the
+expected answer is the element's score; it is satisfied when that probability > 0.5.
+
+References and scores (Appendix B.1, B.2)
+-----------------------------------------
+- element reference: strict majority, satisfied iff more than m/2 annotators say so;
+- binary image label: every element satisfied; continuous image score: share of satisfied elements;
+- an evaluator's binary verdict: NegT2IBench's ``correct``; a judge passes an image when every
+  element gets the expected answer (``whole``: p_yes > 0.5); its continuous score is the share of
+  elements it marks satisfied (NegT2IBench) or the mean probability of the expected answer (judges);
+- H. inter-annotator: each annotator slot (annotators of an image in sorted order) is scored against
+  the strict majority of the other m - 1 (with m = 3: satisfied only when both others say so), and the
+  statistic is averaged over the m slots;
+- Fleiss' kappa and the unanimous share on the raw answers, per block of elements.
+
+Statistics come from ``negt2i.metrics.stats``; intervals are percentile intervals of a bootstrap that
+resamples images (the elements of an image stay together), with one set of draws shared by every
+evaluator so that differences between evaluators are paired.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from negt2i.metrics.bootstrap import percentile_interval
+from negt2i.metrics.records import ImageRow
+from negt2i.metrics.stats import (
+    binary_scores,
+    confusion,
+    fleiss_kappa,
+    kendall_tau,
+    rank_scores,
+    resample_weights,
+    spearman_rho,
+    spearman_rows,
+)
+
+ELEMENT_RE = re.compile(r"^(object|statement):(\d+)$")
+MODES: tuple[str, ...] = ("whole", "pos", "neg")
+OURS = "NegT2IBench"
+BLOCKS: tuple[str, ...] = ("objects", "statements", "affirmative", "negated")
+"""Element blocks: object questions, all statements, positive statements, negated statements."""
+
+Bool = NDArray[np.bool_]
+Float = NDArray[np.float64]
+
+
+class AgreementInputError(ValueError):
+    """Malformed or inconsistent labels / judge answers; names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRow:
+    image: str
+    element: str
+    annotator: str
+    answer: bool
+    polarity: str | None
+    where: str
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeRow:
+    judge: str
+    mode: str
+    image: str
+    element: str
+    p_yes: float
+    where: str
+
+
+def _rows(path: str | Path) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        with p.open(newline="", encoding="utf-8") as fh:
+            for lineno, rec in enumerate(csv.DictReader(fh), start=2):
+                yield f"{p}:{lineno}", {k: v for k, v in rec.items() if v not in (None, "")}
+        return
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                raise AgreementInputError(f"{p}:{lineno}: not valid JSON") from None
+            if not isinstance(rec, dict):
+                raise AgreementInputError(f"{p}:{lineno}: expected a JSON object")
+            yield f"{p}:{lineno}", rec
+
+
+def _field(rec: Mapping[str, Any], key: str, where: str) -> str:
+    if key not in rec or rec[key] is None or str(rec[key]) == "":
+        raise AgreementInputError(f"{where}: missing field {key!r}")
+    return str(rec[key])
+
+
+_YES = {"yes": True, "y": True, "true": True, "1": True, "no": False, "n": False, "false": False, "0": False}
+
+
+def _answer(value: Any, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    key = str(value).strip().lower()
+    if key not in _YES:
+        raise AgreementInputError(f"{where}: answer must be yes or no, got {value!r}")
+    return _YES[key]
+
+
+def read_labels(path: str | Path) -> list[LabelRow]:
+    """Human labels (format in the module docstring); a repeated (image, element, annotator) is an error."""
+    out: list[LabelRow] = []
+    seen: dict[tuple[str, str, str], str] = {}
+    for where, rec in _rows(path):
+        image, element, annotator = (_field(rec, k, where) for k in ("image", "element", "annotator"))
+        if not ELEMENT_RE.match(element):
+            raise AgreementInputError(f"{where}: element must be object:I or statement:K, got {element!r}")
+        polarity = rec.get("polarity")
+        if polarity is not None and polarity not in ("positive", "negated"):
+            raise AgreementInputError(f"{where}: polarity must be positive or negated, got {polarity!r}")
+        key = (image, element, annotator)
+        if key in seen:
+            raise AgreementInputError(
+                f"{where}: annotator {annotator} labels {image} {element} again (first at {seen[key]})"
+            )
+        seen[key] = where
+        out.append(LabelRow(image, element, annotator, _answer(_field(rec, "answer", where), where), polarity, where))
+    if not out:
+        raise AgreementInputError(f"{path}: no labels")
+    return out
+
+
+def read_judges(path: str | Path) -> list[JudgeRow]:
+    """Judge answers (format in the module docstring)."""
+    out: list[JudgeRow] = []
+    for where, rec in _rows(path):
+        judge, mode, image, element = (_field(rec, k, where) for k in ("judge", "mode", "image", "element"))
+        if mode not in MODES:
+            raise AgreementInputError(f"{where}: mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if (mode == "whole") != (element == "prompt"):
+            raise AgreementInputError(
+                f"{where}: mode {mode} goes with element "
+                f"{'prompt' if mode == 'whole' else 'object:I / statement:K'}, got {element!r}"
+            )
+        if "p_yes" in rec:
+            try:
+                p = float(rec["p_yes"])
+            except (TypeError, ValueError):
+                raise AgreementInputError(f"{where}: p_yes must be a number, got {rec['p_yes']!r}") from None
+            if not 0.0 <= p <= 1.0:
+                raise AgreementInputError(f"{where}: p_yes must be in [0, 1], got {p}")
+        elif "answer" in rec:
+            p = 1.0 if _answer(rec["answer"], where) else 0.0
+        else:
+            raise AgreementInputError(f"{where}: needs p_yes or answer")
+        out.append(JudgeRow(judge, mode, image, element, p, where))
+    return out
+
+
+@dataclass(slots=True)
+class Decisions:
+    """One evaluator's decisions: per image (binary, continuous) and, for per-element evaluators, per element."""
+
+    image_binary: Bool
+    image_score: Float
+    element_binary: Bool | None = None
+
+
+@dataclass(slots=True)
+class Study:
+    """Labels, verdicts and judge answers aligned on images and elements."""
+
+    images: list[str]
+    category: list[str | None]
+    setting: list[str | None]
+    element_image: NDArray[np.intp]
+    element_name: list[str]
+    element_block: list[str]
+    """``objects``, ``affirmative`` or ``negated``."""
+    answers: Bool
+    """(elements, m) raw yes answers, annotators of each image in sorted order."""
+    satisfied: Bool
+    """(elements, m) whether each annotator's answer satisfies the element."""
+    evaluators: dict[str, Decisions] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def n_annotators(self) -> int:
+        return int(self.answers.shape[1])
+
+
+def per_image(values: NDArray[Any], element_image: NDArray[np.intp], n_images: int) -> tuple[Bool, Float]:
+    """(all elements true, mean over elements) per image, from per-element bool or float values."""
+    v = np.asarray(values, dtype=np.float64)
+    count = np.bincount(element_image, minlength=n_images).astype(np.float64)
+    total = np.bincount(element_image, weights=v, minlength=n_images)
+    worst = np.ones(n_images)
+    np.minimum.at(worst, element_image, v)
+    return worst > 0.5, total / count
+
+
+def build_study(labels: Sequence[LabelRow], rows: Iterable[ImageRow], judges: Sequence[JudgeRow] = ()) -> Study:
+    """Align labels with verdicts (and judge answers); every label must name a judged image and element."""
+    by_name: dict[str, ImageRow] = {}
+    for row in rows:
+        by_name[row.filename] = row
+        by_name.setdefault(row.key, row)
+    warnings: list[str] = []
+    grouped: dict[str, dict[str, dict[str, LabelRow]]] = {}
+    for lab in labels:
+        if lab.image not in by_name:
+            raise AgreementInputError(f"{lab.where}: image {lab.image!r} is not in the results")
+        grouped.setdefault(lab.image, {}).setdefault(lab.element, {})[lab.annotator] = lab
+    images = sorted(grouped)
+    m_values = set()
+    el_image: list[int] = []
+    el_name: list[str] = []
+    el_block: list[str] = []
+    answers: list[list[bool]] = []
+    ours_el: list[bool] = []
+    for i, image in enumerate(images):
+        row = by_name[image]
+        if row.status == "error":
+            warnings.append(f"{image}: the results have an error line for this image; all its elements count as failed")
+        annot = sorted({a for per in grouped[image].values() for a in per})
+        m_values.add(len(annot))
+        for element in sorted(grouped[image], key=_element_order):
+            per = grouped[image][element]
+            if set(per) != set(annot):
+                missing = ", ".join(sorted(set(annot) - set(per)))
+                raise AgreementInputError(
+                    f"{image}: annotators {missing} did not label {element}; every annotator labels every element"
+                )
+            kind, k = ELEMENT_RE.match(element).groups()  # type: ignore[union-attr]
+            idx = int(k)
+            if row.status == "error":
+                polarity = next((p.polarity for p in per.values() if p.polarity), "positive")
+                ok = False
+            elif kind == "object":
+                if idx >= len(row.objects_ok):
+                    raise AgreementInputError(
+                        f"{per[annot[0]].where}: {image} has {len(row.objects_ok)} objects, no {element}"
+                    )
+                polarity, ok = "positive", row.objects_ok[idx]
+            else:
+                if idx >= len(row.statements):
+                    raise AgreementInputError(
+                        f"{per[annot[0]].where}: {image} has {len(row.statements)} statements, no {element}"
+                    )
+                polarity, ok = row.statements[idx].polarity, row.statements[idx].passed
+            for lab in per.values():
+                if lab.polarity is not None and lab.polarity != polarity:
+                    raise AgreementInputError(
+                        f"{lab.where}: polarity {lab.polarity} but the verdict says {element} is {polarity}"
+                    )
+            el_image.append(i)
+            el_name.append(element)
+            el_block.append("objects" if kind == "object" else ("negated" if polarity == "negated" else "affirmative"))
+            answers.append([per[a].answer for a in annot])
+            ours_el.append(ok)
+        if row.status == "ok":
+            n_el = len(row.objects_ok) + len(row.statements)
+            if len(grouped[image]) < n_el:
+                warnings.append(f"{image}: {n_el - len(grouped[image])} of its {n_el} elements are not labelled")
+    if len(m_values) != 1:
+        raise AgreementInputError(f"every image needs the same number of annotators, got {sorted(m_values)}")
+    ans = np.array(answers, dtype=bool)
+    negated = np.array([b == "negated" for b in el_block])
+    study = Study(
+        images=images,
+        category=[by_name[im].category for im in images],
+        setting=[by_name[im].setting for im in images],
+        element_image=np.array(el_image, dtype=np.intp),
+        element_name=el_name,
+        element_block=el_block,
+        answers=ans,
+        satisfied=ans ^ negated[:, None],
+        warnings=warnings,
+    )
+    ours = np.array(ours_el, dtype=bool)
+    _, score = per_image(ours, study.element_image, len(images))
+    binary = np.array([by_name[im].correct for im in images], dtype=bool)
+    study.evaluators[OURS] = Decisions(binary, score, ours)
+    _add_judges(study, judges)
+    return study
+
+
+def _element_order(element: str) -> tuple[int, int]:
+    kind, k = element.split(":")
+    return (0 if kind == "object" else 1, int(k))
+
+
+def _add_judges(study: Study, judges: Sequence[JudgeRow]) -> None:
+    groups: dict[tuple[str, str], dict[tuple[str, str], JudgeRow]] = {}
+    for j in judges:
+        key = (j.image, j.element)
+        group = groups.setdefault((j.judge, j.mode), {})
+        if key in group:
+            raise AgreementInputError(
+                f"{j.where}: {j.judge} ({j.mode}) answers {j.image} {j.element} again (first at {group[key].where})"
+            )
+        group[key] = j
+    n = len(study.images)
+    negated = np.array([b == "negated" for b in study.element_block])
+    for (judge, mode), answers in sorted(groups.items()):
+        name = f"{judge} ({mode})"
+        if mode == "whole":
+            missing = [im for im in study.images if (im, "prompt") not in answers]
+            if missing:
+                raise AgreementInputError(f"{name} has no answer for {len(missing)} labelled images, e.g. {missing[0]}")
+            p = np.array([answers[(im, "prompt")].p_yes for im in study.images])
+            study.evaluators[name] = Decisions(p > 0.5, p)
+            continue
+        keys = [(study.images[i], e) for i, e in zip(study.element_image, study.element_name, strict=True)]
+        missing_el = [k for k in keys if k not in answers]
+        if missing_el:
+            raise AgreementInputError(
+                f"{name} has no answer for {len(missing_el)} labelled elements, "
+                f"e.g. {missing_el[0][0]} {missing_el[0][1]}"
+            )
+        p_yes = np.array([answers[k].p_yes for k in keys])
+        p_correct = np.where(negated & (mode == "pos"), 1.0 - p_yes, p_yes)
+        el = p_correct > 0.5
+        binary, _ = per_image(el, study.element_image, n)
+        _, score = per_image(p_correct, study.element_image, n)
+        study.evaluators[name] = Decisions(binary, score, el)
+
+
+def human_reference(satisfied: Bool, element_image: NDArray[np.intp], n_images: int) -> tuple[Bool, Bool, Float]:
+    """(element majority, binary image label, continuous image score); majority is strict: more than half."""
+    majority = satisfied.mean(axis=1) > 0.5
+    binary, score = per_image(majority, element_image, n_images)
+    return majority, binary, score
+
+
+def _image_stats(ref_bin: Bool, ref_score: Float, dec_bin: Bool, dec_score: Float) -> dict[str, Any]:
+    counts = confusion(ref_bin, dec_bin)
+    out: dict[str, Any] = {"n": len(ref_bin), **{k: int(v) for k, v in counts.items()}}
+    out.update({k: _num(v) for k, v in binary_scores(**counts).items()})
+    out["kendall_tau"] = kendall_tau(ref_score, dec_score) if len(ref_bin) > 1 else float("nan")
+    out["spearman_rho"] = spearman_rho(ref_score, dec_score) if len(ref_bin) > 1 else float("nan")
+    out["pair_accuracy"] = _num(rank_scores(ref_score, dec_score)["pair_accuracy"])
+    return out
+
+
+def _element_stats(ref: Bool, dec: Bool) -> dict[str, Any]:
+    s = binary_scores(**confusion(ref, dec))
+    sat, unsat = _num(s["recall"]), _num(s["specificity"])
+    return {
+        "n": len(ref),
+        "accuracy": _num(s["accuracy"]),
+        "kappa": _num(s["kappa"]),
+        "satisfied": sat,
+        "unsatisfied": unsat,
+        "balanced": (sat + unsat) / 2,
+    }
+
+
+def _num(v: Any) -> float:
+    return float(np.asarray(v))
+
+
+def _loo(study: Study, images: Bool, elements: Bool) -> dict[str, Any]:
+    """H. inter-annotator on a subset: each annotator slot against the strict majority of the others, averaged."""
+    m = study.n_annotators
+    if m < 2:
+        return {}
+    el_mask = elements & images[study.element_image]
+    keep_img = np.unique(study.element_image[el_mask])
+    if not len(keep_img):
+        return {}
+    remap = -np.ones(len(study.images), dtype=np.intp)
+    remap[keep_img] = np.arange(len(keep_img))
+    el_img = remap[study.element_image[el_mask]]
+    image_runs: list[dict[str, Any]] = []
+    element_runs: list[dict[str, Any]] = []
+    for s in range(m):
+        held = study.satisfied[el_mask, s]
+        others = np.delete(study.satisfied[el_mask], s, axis=1)
+        ref_el = others.mean(axis=1) > 0.5
+        ref_bin, ref_score = per_image(ref_el, el_img, len(keep_img))
+        held_bin, held_score = per_image(held, el_img, len(keep_img))
+        image_runs.append(_image_stats(ref_bin, ref_score, held_bin, held_score))
+        element_runs.append(_element_stats(ref_el, held))
+    keys = ("kappa", "accuracy", "called_correct", "kendall_tau", "spearman_rho", "pair_accuracy")
+    return {
+        "image": {k: float(np.mean([r[k] for r in image_runs])) for k in keys},
+        "element": {k: float(np.mean([r[k] for r in element_runs])) for k in ("kappa", "accuracy")},
+    }
+
+
+def _block_mask(study: Study, block: str) -> Bool:
+    b = np.array(study.element_block)
+    if block == "statements":
+        return np.asarray(b != "objects")
+    return np.asarray(b == block)
+
+
+def analyze(study: Study, *, n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
+    """Every agreement number of the study as a JSON-ready dict (see the module docstring)."""
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
+    n = len(study.images)
+    majority, ref_bin, ref_score = human_reference(study.satisfied, study.element_image, n)
+    all_images = np.ones(n, dtype=bool)
+    all_elements = np.ones(len(study.element_name), dtype=bool)
+    rng = np.random.default_rng(seed)
+    idx, w = resample_weights(n, n_resamples, rng)
+    w_el = w[:, study.element_image]
+
+    image_level: dict[str, Any] = {}
+    replicates: dict[str, dict[str, Float]] = {}
+    for name, dec in study.evaluators.items():
+        point = _image_stats(ref_bin, ref_score, dec.image_binary, dec.image_score)
+        rep = {
+            k: np.asarray(v, dtype=np.float64)
+            for k, v in binary_scores(**confusion(ref_bin, dec.image_binary, w)).items()
+        }
+        rep.update({k: np.asarray(v, dtype=np.float64) for k, v in rank_scores(ref_score, dec.image_score, w).items()})
+        rep["spearman_rho"] = spearman_rows(ref_score[idx], dec.image_score[idx])
+        replicates[name] = rep
+        stats_keys = ("kappa", "accuracy", "precision", "recall", "kendall_tau", "spearman_rho", "pair_accuracy")
+        point["interval"] = {k: percentile_interval(rep[k], confidence) for k in stats_keys}
+        image_level[name] = point
+
+    element_level: dict[str, Any] = {}
+    for block in BLOCKS:
+        mask = _block_mask(study, block)
+        if not mask.any():
+            continue
+        entry: dict[str, Any] = {"n": int(mask.sum()), "evaluators": {}}
+        for name, dec in study.evaluators.items():
+            if dec.element_binary is None:
+                continue
+            st = _element_stats(majority[mask], dec.element_binary[mask])
+            rep = binary_scores(**confusion(majority[mask], dec.element_binary[mask], w_el[:, mask]))["kappa"]
+            st["kappa_interval"] = percentile_interval(np.asarray(rep, dtype=np.float64), confidence)
+            entry["evaluators"][name] = st
+        entry["inter_annotator"] = _annotators(study, mask)
+        element_level[block] = entry
+
+    return {
+        "images": n,
+        "elements": {b: int(_block_mask(study, b).sum()) for b in BLOCKS},
+        "annotators_per_image": study.n_annotators,
+        "human_accept_rate": float(ref_bin.mean()),
+        "bootstrap": {"n_resamples": n_resamples, "seed": seed, "confidence": confidence, "unit": "image"},
+        "image_level": image_level,
+        "inter_annotator": _loo(study, all_images, all_elements),
+        "differences": _differences(study, replicates, image_level, confidence),
+        "by_setting": _breakdown(study, study.setting, ref_bin, ref_score),
+        "by_category": _breakdown(study, study.category, ref_bin, ref_score),
+        "element_level": element_level,
+        "warnings": list(study.warnings),
+    }
+
+
+def _annotators(study: Study, mask: Bool) -> dict[str, Any]:
+    ans = study.answers[mask]
+    m = study.n_annotators
+    yes = ans.sum(axis=1)
+    out: dict[str, Any] = {"n": int(mask.sum()), "unanimous": float(np.mean((yes == 0) | (yes == m)))}
+    out["fleiss_kappa"] = fleiss_kappa(np.stack([yes, m - yes], axis=1)) if m >= 2 else float("nan")
+    loo = _loo(study, np.ones(len(study.images), dtype=bool), mask)
+    out["leave_one_out_kappa"] = loo.get("element", {}).get("kappa", float("nan"))
+    out["leave_one_out_accuracy"] = loo.get("element", {}).get("accuracy", float("nan"))
+    return out
+
+
+def _differences(
+    study: Study, replicates: dict[str, dict[str, Float]], point: dict[str, Any], confidence: float
+) -> dict[str, Any]:
+    """Paired differences on the same image resamples: each judge minus NegT2IBench, and neg minus pos per judge."""
+    pairs: list[tuple[str, str]] = [(name, OURS) for name in study.evaluators if name != OURS]
+    for name in study.evaluators:
+        if name.endswith(" (neg)"):
+            pos = name[: -len(" (neg)")] + " (pos)"
+            if pos in study.evaluators:
+                pairs.append((name, pos))
+    out: dict[str, Any] = {}
+    for a, b in pairs:
+        out[f"{a} - {b}"] = {
+            k: {
+                "value": point[a][k] - point[b][k],
+                "interval": percentile_interval(replicates[a][k] - replicates[b][k], confidence),
+            }
+            for k in ("kappa", "kendall_tau", "spearman_rho", "pair_accuracy")
+        }
+    return out
+
+
+def _breakdown(study: Study, groups: Sequence[str | None], ref_bin: Bool, ref_score: Float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    labels = np.array([g or "-" for g in groups])
+    all_elements = np.ones(len(study.element_name), dtype=bool)
+    for g in sorted(set(labels.tolist())):
+        mask = labels == g
+        entry: dict[str, Any] = {"n": int(mask.sum()), "evaluators": {}}
+        for name, dec in study.evaluators.items():
+            s = _image_stats(ref_bin[mask], ref_score[mask], dec.image_binary[mask], dec.image_score[mask])
+            entry["evaluators"][name] = {k: s[k] for k in ("kappa", "accuracy", "kendall_tau", "spearman_rho")}
+        entry["inter_annotator"] = _loo(study, mask, all_elements).get("image", {})
+        out[g] = entry
+    return out
