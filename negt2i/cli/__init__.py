@@ -17,6 +17,8 @@ from negt2i import __version__
 COMMANDS: tuple[str, ...] = (
     "negt2i.cli.rules_cmd",
     "negt2i.cli.prompts_cmd",
+    "negt2i.cli.evaluate_cmd",
+    "negt2i.cli.weights_cmd",
     "negt2i.cli.corpus_cmd",
 )
 

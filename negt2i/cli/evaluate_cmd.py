@@ -1,0 +1,97 @@
+"""``negt2i evaluate IMAGES --out results.jsonl``: judge generated images in-process (the main job)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES
+
+
+def _env_backend(stage: str) -> str | None:
+    return os.environ.get(f"NEGT2I_{stage.upper()}_BACKEND") or None
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "evaluate",
+        help="judge a folder of generated images (GenEval layout) or a manifest, in-process",
+        description=(
+            "Judge every image of IMAGES against its prompt and append one JSON line per image to --out. "
+            "IMAGES is a GenEval-layout folder (<prompt>/metadata.jsonl + <prompt>/samples/*.png) or a JSONL "
+            "manifest ({'file': ..., 'metadata': {...}} or {'file': ..., 'prompt_id': ...} with --prompts). "
+            "Re-running with the same --out resumes where the last run stopped."
+        ),
+    )
+    p.add_argument("images", help="GenEval-layout folder or JSONL manifest")
+    p.add_argument("--out", required=True, help="results JSONL (appended to; resumed when it exists)")
+    p.add_argument("--prompts", default=None, help="prompt corpus JSONL resolving a manifest's prompt_id")
+    p.add_argument(
+        "--rules",
+        default=os.environ.get("NEGT2I_RULES", "current"),
+        help="rule preset (current, previous) or JSON file [NEGT2I_RULES, default current]",
+    )
+    p.add_argument(
+        "--device",
+        default=os.environ.get("NEGT2I_DEVICE", "auto"),
+        help="auto, cpu, cuda or cuda:N [NEGT2I_DEVICE, default auto]",
+    )
+    p.add_argument("--weights-dir", default=None, help="weights cache [NEGT2I_WEIGHTS_DIR, ~/.cache/negt2i/weights]")
+    p.add_argument("--batch-size", type=int, default=8, help="images per detector / depth call (default 8)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N images (in job order)")
+    p.add_argument("--backend", default=None, help="backend name for all four stages (e.g. synthetic)")
+    for stage in STAGES:
+        p.add_argument(
+            f"--{stage}",
+            default=None,
+            metavar="NAME",
+            help=f"{stage} backend [NEGT2I_{stage.upper()}_BACKEND, default {DEFAULT_BACKENDS[stage]}]",
+        )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run)
+
+
+def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
+    """Stage -> backend name: ``--<stage>``, else ``--backend``, else ``NEGT2I_<STAGE>_BACKEND``, else the paper's."""
+    return {
+        stage: getattr(args, stage) or args.backend or _env_backend(stage) or DEFAULT_BACKENDS[stage]
+        for stage in STAGES
+    }
+
+
+def _run(args: argparse.Namespace) -> int:
+    from negt2i import weights
+    from negt2i.config import load_config
+    from negt2i.evaluate import EvaluateError, discover, evaluate
+    from negt2i.pipeline import Stages
+    from negt2i.spec import SpecError
+
+    if args.batch_size < 1 or (args.limit is not None and args.limit < 0):
+        print("error: --batch-size must be >= 1 and --limit >= 0", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(args.rules)
+        jobs = discover(args.images, args.prompts)
+        if not jobs:
+            print(f"error: {args.images}: no images found", file=sys.stderr)
+            return 2
+        backends = backends_from_args(args)
+        weights.require(backends.values(), args.weights_dir)
+        stages = Stages.create(backends, device=args.device, weights_dir=args.weights_dir, config=config)
+        summary = evaluate(
+            jobs,
+            args.out,
+            stages,
+            config=config,
+            batch_size=args.batch_size,
+            limit=args.limit,
+            progress=not args.no_progress,
+        )
+    except (EvaluateError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(summary.text())
+    print(f"results: {args.out}")
+    return 0

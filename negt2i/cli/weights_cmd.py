@@ -1,0 +1,58 @@
+"""``negt2i weights fetch|list``: download the real models' weights and show what the cache holds."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser("weights", help="fetch or list the perception models' weights")
+    wsub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
+    dir_help = "weights cache [NEGT2I_WEIGHTS_DIR, default ~/.cache/negt2i/weights]"
+    fetch = wsub.add_parser("fetch", help="download weights and record their hashes")
+    fetch.add_argument("names", nargs="*", help="backends to fetch (default: all)")
+    fetch.add_argument("--dir", default=None, help=dir_help)
+    fetch.add_argument("--force", action="store_true", help="download again even when present and verified")
+    fetch.set_defaults(func=_fetch)
+    lst = wsub.add_parser("list", help="the weights table and what the cache holds")
+    lst.add_argument("--dir", default=None, help=dir_help)
+    lst.set_defaults(func=_list)
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    from negt2i import weights
+
+    try:
+        weights.fetch(args.names or None, args.dir, force=args.force)
+    except (weights.WeightsError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # network / hub errors come in many types
+        print(f"error: fetching failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from negt2i import weights
+
+    root = weights.weights_dir(args.dir)
+    print(f"weights cache: {root}")
+    rows = [("backend", "stage", "model", "source", "size", "status")]
+    for name, e in weights.WEIGHTS.items():
+        rows.append(
+            (
+                name,
+                e.stage,
+                e.model,
+                f"{e.source}:{e.repo}@{e.revision}",
+                f"~{e.size_mb} MB",
+                weights.status(name, root),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    return 0

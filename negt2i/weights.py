@@ -1,0 +1,357 @@
+"""The weights of the real perception models: a pinned table, a local cache, fetching and checking.
+
+Weights live under one cache folder (``NEGT2I_WEIGHTS_DIR``, default
+``~/.cache/negt2i/weights``; a read-only volume in Kubernetes), one sub-folder per
+backend::
+
+    rfdetr-seg-xl/rf-detr-seg-xlarge.pt
+    sam2.1-hiera-small/sam2.1_hiera_small.pt
+    siglip2-so400m-378/open_clip_config.json, open_clip_model.safetensors, tokenizer files
+    depth-anything-v2-small/config.json, model.safetensors, preprocessor_config.json
+
+``negt2i weights fetch`` downloads them (Hugging Face Hub, or the publisher's URL
+for RF-DETR) and writes ``negt2i-weights.json`` in each folder: the resolved
+revision and the SHA-256 and size of every file. Loading verifies the files
+against that lock (and against the hashes this table knows: RF-DETR's MD5 from
+the ``rfdetr`` package). Missing weights raise one ``WeightsMissingError`` that
+lists everything missing and says how to fetch it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+LOCK_NAME: Final = "negt2i-weights.json"
+
+
+class WeightsError(RuntimeError):
+    """Weights are unusable (a hash mismatch, a broken lock file)."""
+
+
+class WeightsMissingError(WeightsError):
+    """Weights are not in the cache; the message says how to fetch them."""
+
+
+@dataclass(frozen=True)
+class WeightsEntry:
+    """One backend's weights: where they come from and which files must be present."""
+
+    name: str
+    """Backend registry name and sub-folder of the weights cache."""
+    stage: str
+    model: str
+    source: str
+    """``hf`` (Hugging Face Hub repository) or ``url``."""
+    repo: str
+    """Hugging Face repository id, or the download URL."""
+    revision: str
+    """Hugging Face revision to fetch (resolved to a commit and recorded in the lock)."""
+    files: tuple[str, ...]
+    """Files that must be present (relative to the sub-folder)."""
+    main_file: str
+    """The weights file whose hash ``ModelInfo.sha256`` reports."""
+    extra_patterns: tuple[str, ...] = ()
+    """Further files fetched when present in the repository (tokenizer files)."""
+    md5: str = ""
+    """Known MD5 of ``main_file`` (published by the model's package), checked when present."""
+    sha256: str = ""
+    """Known SHA-256 of ``main_file``, checked when present; otherwise the lock records it on fetch."""
+    size_mb: int = 0
+    """Approximate download size."""
+
+
+WEIGHTS: Final[dict[str, WeightsEntry]] = {
+    e.name: e
+    for e in (
+        WeightsEntry(
+            name="rfdetr-seg-xl",
+            stage="detector",
+            model="RFDETRSegXLarge",
+            source="url",
+            repo="https://storage.googleapis.com/rfdetr/rf-detr-seg-xl-ft.pth",
+            revision="rf-detr-seg-xl-ft",
+            files=("rf-detr-seg-xlarge.pt",),
+            main_file="rf-detr-seg-xlarge.pt",
+            md5="3693b35d0eea86ebb3e0444f4a611fba",  # rfdetr.assets.model_weights (rfdetr 1.11.2)
+            size_mb=150,
+        ),
+        WeightsEntry(
+            name="sam2.1-hiera-small",
+            stage="segmenter",
+            model="facebook/sam2.1-hiera-small",
+            source="hf",
+            repo="facebook/sam2.1-hiera-small",
+            revision="main",
+            files=("sam2.1_hiera_small.pt",),
+            main_file="sam2.1_hiera_small.pt",
+            size_mb=185,
+        ),
+        WeightsEntry(
+            name="siglip2-so400m-378",
+            stage="attributes",
+            model="ViT-SO400M-14-SigLIP2-378/webli",
+            source="hf",
+            repo="timm/ViT-SO400M-14-SigLIP2-378",
+            revision="main",
+            files=("open_clip_config.json", "open_clip_model.safetensors", "tokenizer_config.json"),
+            main_file="open_clip_model.safetensors",
+            extra_patterns=("tokenizer.json", "tokenizer.model", "special_tokens_map.json"),
+            size_mb=4600,
+        ),
+        WeightsEntry(
+            name="depth-anything-v2-small",
+            stage="depth",
+            model="depth-anything/Depth-Anything-V2-Small-hf",
+            source="hf",
+            repo="depth-anything/Depth-Anything-V2-Small-hf",
+            revision="main",
+            files=("config.json", "model.safetensors", "preprocessor_config.json"),
+            main_file="model.safetensors",
+            size_mb=100,
+        ),
+    )
+}
+"""The paper's models (Table 15), by backend name."""
+
+
+def weights_dir(path: str | Path | None = None) -> Path:
+    """The weights cache: ``path``, else ``NEGT2I_WEIGHTS_DIR``, else ``~/.cache/negt2i/weights``."""
+    if path is not None and str(path) != "":
+        return Path(path).expanduser()
+    env = os.environ.get("NEGT2I_WEIGHTS_DIR", "")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "negt2i" / "weights"
+
+
+def entry(name: str) -> WeightsEntry:
+    """The table entry of a backend; the error lists the known names."""
+    try:
+        return WEIGHTS[name]
+    except KeyError:
+        raise ValueError(f"no weights for {name!r}; known: {', '.join(WEIGHTS)}") from None
+
+
+def file_digest(path: Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file, read in 8 MiB blocks."""
+    h = hashlib.new(algorithm)
+    with path.open("rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def missing_files(e: WeightsEntry, root: Path) -> list[str]:
+    """Required files of ``e`` absent from ``root / e.name``."""
+    folder = root / e.name
+    return [f for f in e.files if not (folder / f).is_file()]
+
+
+def _fetch_hint(root: Path, names: Sequence[str]) -> str:
+    command = f"negt2i weights fetch --dir {root} {' '.join(names)}"
+    return f"run `{command}` (or set NEGT2I_WEIGHTS_DIR to a folder that has them)"
+
+
+def require(names: Iterable[str], path: str | Path | None = None) -> None:
+    """Raise one ``WeightsMissingError`` naming every backend in ``names`` whose weights are missing.
+
+    Names without an entry in ``WEIGHTS`` (``synthetic``, plug-in backends) need nothing.
+    """
+    root = weights_dir(path)
+    missing: dict[str, list[str]] = {}
+    for name in names:
+        if name in WEIGHTS:
+            gone = missing_files(WEIGHTS[name], root)
+            if gone:
+                missing[name] = gone
+    if missing:
+        listing = "; ".join(f"{n} ({', '.join(f)})" for n, f in missing.items())
+        raise WeightsMissingError(f"model weights missing in {root}: {listing}; {_fetch_hint(root, list(missing))}")
+
+
+def read_lock(folder: Path) -> dict[str, Any] | None:
+    """The lock of a weights folder, or None when there is none."""
+    lock = folder / LOCK_NAME
+    if not lock.is_file():
+        return None
+    try:
+        data = json.loads(lock.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise WeightsError(f"{lock} is unreadable ({exc}); fetch again with `negt2i weights fetch --force`") from None
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        raise WeightsError(f"{lock} has no 'files' table; fetch again with `negt2i weights fetch --force`")
+    return data
+
+
+@dataclass(frozen=True)
+class VerifiedWeights:
+    """Where a backend's verified weights are, with the revision and hash to report in ``ModelInfo``."""
+
+    folder: Path
+    revision: str
+    sha256: str
+    verified: bool
+    """False when no lock and no known hash could vouch for the files."""
+
+    def path(self, name: str) -> Path:
+        return self.folder / name
+
+
+def verify(name: str, path: str | Path | None = None) -> VerifiedWeights:
+    """Check a backend's weights before loading them: present, and matching the lock's SHA-256 (and
+    the table's known hashes). Without a lock, the files are hashed and reported unverified."""
+    e = entry(name)
+    root = weights_dir(path)
+    require([name], root)
+    folder = root / e.name
+    lock = read_lock(folder)
+    main_sha = ""
+    for rel in e.files if lock is None else sorted(set(e.files) | set(lock["files"])):
+        file = folder / rel
+        if not file.is_file():
+            raise WeightsMissingError(f"{file} is listed in {LOCK_NAME} but missing; {_fetch_hint(root, [name])}")
+        want = (lock or {}).get("files", {}).get(rel, {}).get("sha256", "")
+        if rel == e.main_file:
+            want = want or e.sha256
+        if not want and rel != e.main_file:
+            continue
+        got = file_digest(file)
+        if rel == e.main_file:
+            main_sha = got
+            if e.sha256 and got != e.sha256:
+                raise WeightsError(f"{file}: SHA-256 {got} does not match the published {e.sha256}")
+            if e.md5 and file_digest(file, "md5") != e.md5:
+                raise WeightsError(f"{file}: MD5 does not match the published {e.md5}; fetch again with --force")
+        if want and got != want:
+            raise WeightsError(
+                f"{file}: SHA-256 {got} does not match {want} recorded when it was fetched; "
+                f"fetch again with `negt2i weights fetch --force {name}`"
+            )
+    verified = lock is not None or bool(e.sha256 or e.md5)
+    if not verified:
+        print(f"warning: {folder} has no {LOCK_NAME}; its weights are unverified", file=sys.stderr)
+    revision = str((lock or {}).get("revision") or e.revision)
+    return VerifiedWeights(folder, revision, main_sha, verified)
+
+
+# --------------------------------------------------------------------------- fetching
+
+Downloader = Callable[[WeightsEntry, Path], str]
+"""Downloads an entry's files into a folder; returns the resolved revision."""
+
+
+def _download_hf(e: WeightsEntry, folder: Path) -> str:
+    from huggingface_hub import HfApi, hf_hub_download
+
+    info = HfApi().model_info(e.repo, revision=e.revision)
+    revision = str(info.sha or e.revision)
+    available = {s.rfilename for s in (info.siblings or [])}
+    wanted = list(e.files) + [f for f in e.extra_patterns if f in available]
+    for rel in wanted:
+        hf_hub_download(e.repo, rel, revision=revision, local_dir=folder)
+    return revision
+
+
+def _download_url(e: WeightsEntry, folder: Path) -> str:
+    import httpx
+
+    target = folder / e.main_file
+    with httpx.stream("GET", e.repo, follow_redirects=True, timeout=60.0) as response:
+        response.raise_for_status()
+        with target.open("wb") as fh:
+            for block in response.iter_bytes(1 << 20):
+                fh.write(block)
+    return e.revision
+
+
+def download(e: WeightsEntry, folder: Path) -> str:
+    """The default downloader: Hugging Face Hub or a plain URL."""
+    return _download_hf(e, folder) if e.source == "hf" else _download_url(e, folder)
+
+
+def fetch(
+    names: Sequence[str] | None = None,
+    path: str | Path | None = None,
+    *,
+    force: bool = False,
+    downloader: Downloader = download,
+    log: Callable[[str], None] = print,
+) -> list[Path]:
+    """Download weights (all of ``WEIGHTS`` by default) into the cache and write their locks.
+
+    Files are downloaded into a temporary folder next to the target and moved in
+    place only when complete and verified against the table's known hashes, so an
+    interrupted fetch leaves no half-written weights. Present, verified weights are
+    kept unless ``force``.
+    """
+    root = weights_dir(path)
+    root.mkdir(parents=True, exist_ok=True)
+    done: list[Path] = []
+    for name in names or list(WEIGHTS):
+        e = entry(name)
+        folder = root / e.name
+        if not force and not missing_files(e, root) and read_lock(folder) is not None:
+            verify(name, root)
+            log(f"{name}: present and verified in {folder}")
+            done.append(folder)
+            continue
+        log(f"{name}: fetching {e.repo} ({e.revision}, about {e.size_mb} MB) ...")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{e.name}-", dir=root))
+        try:
+            revision = downloader(e, tmp)
+            gone = [f for f in e.files if not (tmp / f).is_file()]
+            if gone:
+                raise WeightsError(f"{name}: the download lacks {', '.join(gone)}")
+            files: dict[str, dict[str, Any]] = {
+                p.relative_to(tmp).as_posix(): {"sha256": file_digest(p), "size": p.stat().st_size}
+                for p in sorted(tmp.rglob("*"))
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(tmp).parts)
+            }
+            main = files[e.main_file]["sha256"]
+            if e.sha256 and main != e.sha256:
+                raise WeightsError(f"{name}: downloaded SHA-256 {main} does not match the published {e.sha256}")
+            if e.md5 and file_digest(tmp / e.main_file, "md5") != e.md5:
+                raise WeightsError(f"{name}: downloaded file does not match the published MD5 {e.md5}")
+            lock = {
+                "name": e.name,
+                "model": e.model,
+                "source": e.source,
+                "repo": e.repo,
+                "revision": revision,
+                "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "files": files,
+            }
+            (tmp / LOCK_NAME).write_text(json.dumps(lock, indent=2) + "\n", encoding="utf-8")
+            if folder.exists():
+                shutil.rmtree(folder)
+            tmp.rename(folder)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        log(f"{name}: ok ({revision}, sha256 {main[:16]}...) in {folder}")
+        done.append(folder)
+    return done
+
+
+def status(name: str, path: str | Path | None = None) -> str:
+    """``missing``, ``unverified`` (no lock), ``ok`` or ``mismatch: ...`` for ``negt2i weights list``."""
+    root = weights_dir(path)
+    e = entry(name)
+    if missing_files(e, root):
+        return "missing"
+    try:
+        lock = read_lock(root / e.name)
+        if lock is None:
+            return "unverified (no lock; fetch to record hashes)"
+        verify(name, root)
+    except WeightsError as exc:
+        return f"mismatch: {exc}"
+    return "ok"

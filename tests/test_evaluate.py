@@ -1,0 +1,279 @@
+"""``negt2i evaluate`` end to end with the synthetic backends: layouts, bad files, resumption."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+
+from negt2i.cli import evaluate_cmd
+from negt2i.config import CURRENT
+from negt2i.evaluate import EvaluateError, discover, evaluate, load_image
+from negt2i.pipeline import Stages
+from negt2i.results import read_results
+from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
+
+
+def main(argv: list[str]) -> int:
+    """``negt2i`` with only the evaluate command (the other commands are not under test here)."""
+    parser = argparse.ArgumentParser(prog="negt2i")
+    evaluate_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+SYNTH = dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")
+
+NON_RED_CUP = {
+    "id": "color-pos0_neg1-000",
+    "category": "color",
+    "prompt": "a photo of a non-red cup",
+    "include": [{"class": "cup"}],
+    "statements": [{"kind": "attribute", "object": 0, "value": "red", "polarity": "negated"}],
+}
+DOG_LEFT_OF_CAT = {  # GenEval's own encoding: no id (the folder name is used), position entry
+    "tag": "position",
+    "prompt": "a photo of a dog left of a cat",
+    "include": [{"class": "dog"}, {"class": "cat", "position": ["right of", 0]}],
+}
+DOG_NOT_BEHIND_HORSE = {
+    "id": "depth-pos0_neg1-000",
+    "category": "depth",
+    "prompt": "a photo of a dog not behind a horse",
+    "include": [{"class": "dog"}, {"class": "horse"}],
+    "statements": [{"kind": "relation", "subject": 0, "target": 1, "predicate": "behind", "polarity": "negated"}],
+}
+
+
+def _cup(color):
+    return render_scene([SceneObject("cup", (16, 16, 48, 48), value=color)], (64, 64))
+
+
+def _dog_cat(dog_x):
+    return render_scene(
+        [SceneObject("dog", (dog_x, 24, dog_x + 16, 40)), SceneObject("cat", (40, 24, 56, 40))], (64, 64)
+    )
+
+
+def _dog_horse(dog_bottom):
+    return render_scene(
+        [SceneObject("horse", (2, 10, 28, 40)), SceneObject("dog", (36, dog_bottom - 16, 60, dog_bottom), "ellipse")],
+        (64, 64),
+    )
+
+
+@pytest.fixture
+def images(tmp_path: Path) -> Path:
+    root = tmp_path / "images"
+    write_geneval_layout(
+        root,
+        [
+            (NON_RED_CUP, [_cup("blue"), _cup("red"), _cup("white")]),  # correct, wrong, correct
+            (DOG_LEFT_OF_CAT, [_dog_cat(4), _dog_cat(44)]),  # correct; dog peeking out right of the cat
+            (DOG_NOT_BEHIND_HORSE, [_dog_horse(60), _dog_horse(20)]),  # dog lower = in front: correct; higher: behind
+        ],
+    )
+    return root
+
+
+def _run(images: Path, out: Path, *extra: str) -> int:
+    return main(["evaluate", str(images), "--out", str(out), "--backend", "synthetic", "--no-progress", *extra])
+
+
+def test_geneval_layout_verdicts_in_stable_order(images: Path, tmp_path: Path, capsys):
+    out = tmp_path / "results.jsonl"
+    assert _run(images, out, "--batch-size", "3") == 0
+    rows = list(read_results(out))
+    assert [r["filename"] for r in rows] == [
+        "00000/samples/0000.png",
+        "00000/samples/0001.png",
+        "00000/samples/0002.png",
+        "00001/samples/0000.png",
+        "00001/samples/0001.png",
+        "00002/samples/0000.png",
+        "00002/samples/0001.png",
+    ]
+    assert [r["status"] for r in rows] == ["ok"] * 7
+    assert [r["sample"] for r in rows] == [0, 1, 2, 0, 1, 0, 1]
+    assert [r["correct"] for r in rows][:3] == [True, False, True]
+    assert rows[3]["prompt_id"] == "00001" and rows[3]["correct"] is True
+    assert rows[4]["correct"] is False and rows[4]["statements"][0]["cause"] == "positive_violated"
+    assert [r["correct"] for r in rows][5:] == [True, False]
+    assert rows[6]["statements"][0]["cause"] == "negated_violated"
+    for r in rows:
+        assert r["config"]["digest"] == CURRENT.digest()
+        assert set(r["models"]) == {"detector", "segmenter", "attributes", "depth"}
+        assert r["models"]["detector"]["backend"] == "synthetic"
+    assert "7 images evaluated (0 already done, 7 in total)" in capsys.readouterr().out
+
+
+def test_batch_size_does_not_change_results(images: Path, tmp_path: Path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    assert _run(images, a, "--batch-size", "1") == 0
+    assert _run(images, b, "--batch-size", "5") == 0
+    assert a.read_text() == b.read_text()
+
+
+def test_resumes_after_interruption_and_cuts_a_torn_line(images: Path, tmp_path: Path, capsys):
+    full = tmp_path / "full.jsonl"
+    assert _run(images, full) == 0
+    out = tmp_path / "resumed.jsonl"
+    assert _run(images, out, "--limit", "3") == 0
+    lines = out.read_text().splitlines(keepends=True)
+    assert len(lines) == 3
+    # an interrupted write: a partial fourth line without its newline
+    out.write_text("".join(lines) + '{"filename": "00001/samp')
+    assert _run(images, out) == 0
+    captured = capsys.readouterr()
+    assert "removing a partial last line" in captured.err
+    assert "4 images evaluated (3 already done, 7 in total)" in captured.out
+    assert out.read_text() == full.read_text()
+    # nothing left to do
+    assert _run(images, out) == 0
+    assert "0 images evaluated (7 already done" in capsys.readouterr().out
+    assert out.read_text() == full.read_text()
+
+
+def test_resume_refuses_other_rules(images: Path, tmp_path: Path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert _run(images, out, "--limit", "1") == 0
+    assert _run(images, out, "--rules", "previous") == 2
+    assert "write to another --out file" in capsys.readouterr().err
+
+
+def test_bad_files_are_error_lines(tmp_path: Path, capsys):
+    root = tmp_path / "images"
+    write_geneval_layout(root, [(NON_RED_CUP, [_cup("blue")] * 6), (NON_RED_CUP | {"id": "x2"}, [_cup("blue")])])
+    samples = root / "00000" / "samples"
+    (samples / "0001.png").write_bytes(b"")  # empty
+    good = (samples / "0002.png").read_bytes()
+    (samples / "0002.png").write_bytes(good[: len(good) // 2])  # truncated
+    (samples / "0003.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 20)  # corrupt
+    (samples / "0004.png").unlink()
+    (samples / "notes.txt").write_text("not an image")  # non-image in samples/
+    PILImage.fromarray(_cup("blue")).convert("L").save(samples / "0005.png")  # grayscale is fine
+    # missing metadata / invalid metadata
+    write_geneval_layout(tmp_path / "more", [(NON_RED_CUP, [_cup("blue")]), (NON_RED_CUP, [_cup("red")])])
+    (root / "00002").mkdir()
+    (tmp_path / "more" / "00000" / "samples").rename(root / "00002" / "samples")
+    (root / "00003").mkdir()
+    (tmp_path / "more" / "00001" / "samples").rename(root / "00003" / "samples")
+    bad = NON_RED_CUP | {"statements": [{"kind": "attribute", "object": 0, "value": "shiny", "polarity": "negated"}]}
+    (root / "00003" / "metadata.jsonl").write_text(json.dumps(bad) + "\n")
+    (root / "00001" / "metadata.jsonl").write_text("{not json\n")
+
+    out = tmp_path / "r.jsonl"
+    assert _run(images=root, out=out) == 0
+    rows = {r["filename"]: r for r in read_results(out)}
+    assert list(rows) == [
+        "00000/samples/0000.png",
+        "00000/samples/0001.png",
+        "00000/samples/0002.png",
+        "00000/samples/0003.png",
+        "00000/samples/0005.png",
+        "00000/samples/notes.txt",
+        "00001/samples/0000.png",
+        "00002/samples/0000.png",
+        "00003/samples/0000.png",
+    ]
+    assert rows["00000/samples/0000.png"]["correct"] is True
+    assert rows["00000/samples/0005.png"]["status"] == "ok"
+    assert rows["00000/samples/0005.png"]["sample"] == 5
+    kinds = {f: r["error"].split(":")[0] for f, r in rows.items() if r["status"] == "error"}
+    assert kinds == {
+        "00000/samples/0001.png": "unreadable_image",
+        "00000/samples/0002.png": "unreadable_image",
+        "00000/samples/0003.png": "unreadable_image",
+        "00000/samples/notes.txt": "unreadable_image",
+        "00001/samples/0000.png": "invalid_metadata",
+        "00002/samples/0000.png": "missing_metadata",
+        "00003/samples/0000.png": "invalid_metadata",
+    }
+    assert "empty file" in rows["00000/samples/0001.png"]["error"]
+    assert "not an image file" in rows["00000/samples/notes.txt"]["error"]
+    assert "shiny" in rows["00003/samples/0000.png"]["error"]
+    err = rows["00000/samples/0001.png"]
+    assert err["correct"] is False and err["prompt_id"] == NON_RED_CUP["id"] and err["category"] == "color"
+    assert err["sample"] == 1 and err["models"]["detector"]["backend"] == "synthetic"
+    assert rows["00003/samples/0000.png"]["prompt_id"] == NON_RED_CUP["id"]
+    summary = capsys.readouterr().out
+    assert "9 images evaluated" in summary
+    assert "1/2 correct" in summary  # the grayscale copy lost the cup's class colour
+    assert "7 error lines (invalid_metadata 2, missing_metadata 1, unreadable_image 4)" in summary
+
+
+def test_manifest_input(tmp_path: Path):
+    (tmp_path / "imgs").mkdir()
+    for name, color in (("a.png", "blue"), ("b.png", "red")):
+        PILImage.fromarray(_cup(color)).save(tmp_path / "imgs" / name)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps(NON_RED_CUP) + "\n")
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text(
+        "\n".join(
+            json.dumps(x)
+            for x in (
+                {"file": "imgs/b.png", "metadata": NON_RED_CUP, "sample": 3},
+                {"file": "imgs/a.png", "prompt_id": NON_RED_CUP["id"]},
+                {"file": "imgs/c.png", "prompt_id": "nope"},
+            )
+        )
+        + "\n"
+    )
+    out = tmp_path / "r.jsonl"
+    assert _run(manifest, out, "--prompts", str(corpus)) == 0
+    rows = list(read_results(out))
+    assert [(r["filename"], r["sample"], r["correct"]) for r in rows] == [
+        ("imgs/b.png", 3, False),
+        ("imgs/a.png", None, True),
+        ("imgs/c.png", None, False),
+    ]
+    assert rows[2]["error"] == "missing_metadata: prompt_id 'nope' is not in the corpus"
+
+
+def test_manifest_errors(tmp_path: Path):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"file": "a.png", "prompt_id": "x"}\n')
+    with pytest.raises(EvaluateError, match="pass --prompts"):
+        discover(manifest)
+    manifest.write_text('{"image": "a.png"}\n')
+    with pytest.raises(EvaluateError, match='line 1 needs a "file" string'):
+        discover(manifest)
+    with pytest.raises(EvaluateError, match="no such folder"):
+        discover(tmp_path / "absent")
+
+
+def test_missing_weights_is_one_clear_error(images: Path, tmp_path: Path, capsys):
+    code = main(["evaluate", str(images), "--out", str(tmp_path / "r.jsonl"), "--weights-dir", str(tmp_path / "w")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1
+    assert "negt2i weights fetch" in err and "rfdetr-seg-xl" in err and "depth-anything-v2-small" in err
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_per_stage_backend_override(images: Path, tmp_path: Path, monkeypatch, capsys):
+    # a per-stage flag beats --backend, which beats the environment
+    monkeypatch.setenv("NEGT2I_DEPTH_BACKEND", "nope")
+    code = main(
+        ["evaluate", str(images), "--out", str(tmp_path / "r.jsonl"), "--backend", "synthetic", "--depth", "nope2"]
+    )
+    assert code == 2
+    assert "unknown depth backend 'nope2'" in capsys.readouterr().err
+
+
+def test_load_image_converts_to_rgb(tmp_path: Path):
+    path = tmp_path / "a.png"
+    PILImage.fromarray(np.full((5, 7, 4), 200, np.uint8), "RGBA").save(path)
+    img = load_image(path)
+    assert img.shape == (5, 7, 3) and img.dtype == np.uint8
+
+
+def test_evaluate_api_limit(images: Path, tmp_path: Path):
+    jobs = discover(images)
+    summary = evaluate(jobs, tmp_path / "r.jsonl", Stages.create(SYNTH), limit=2, progress=False)
+    assert (summary.total, summary.evaluated, summary.correct) == (2, 2, 1)
