@@ -18,7 +18,6 @@ from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import ndimage
 from scipy.spatial import cKDTree
 
 BoolMask = NDArray[np.bool_]
@@ -64,14 +63,29 @@ class MaskStats:
     @cached_property
     def boundary_points(self) -> NDArray[np.float64]:
         """(row, col) of mask pixels with a 4-neighbour outside the mask (or the image)."""
-        padded = np.pad(self.crop, 1)
-        interior = padded[1:-1, 1:-1] & padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:]
-        rows, cols = np.nonzero(self.crop & ~interior)
-        return np.column_stack((rows + self.row0, cols + self.col0)).astype(np.float64)
+        crop = self.crop
+        inner = crop.copy()
+        inner[1:] &= crop[:-1]
+        inner[:-1] &= crop[1:]
+        inner[:, 1:] &= crop[:, :-1]
+        inner[:, :-1] &= crop[:, 1:]
+        inner[[0, -1], :] = False  # the box's edge rows / columns always touch the outside
+        inner[:, [0, -1]] = False
+        rows, cols = np.nonzero(crop & ~inner)
+        out = np.empty((rows.size, 2), dtype=np.float64)
+        out[:, 0] = rows + self.row0
+        out[:, 1] = cols + self.col0
+        return out
 
     @cached_property
     def tree(self) -> cKDTree:
+        """k-d tree over ``boundary_points``."""
         return cKDTree(self.boundary_points)
+
+    @cached_property
+    def pyramid(self) -> list[BoolMask]:
+        """Occupancy of ``crop`` at cell sizes 32, 8, 4, 2 and 1 px (see ``facing_surface``)."""
+        return _pyramid(self)
 
 
 def mask_stats(mask: BoolMask) -> MaskStats:
@@ -85,8 +99,8 @@ def mask_stats(mask: BoolMask) -> MaskStats:
     cols = np.flatnonzero(band.any(axis=0))
     c0, c1 = int(cols[0]), int(cols[-1])
     crop = band[:, c0 : c1 + 1]
-    row_counts = crop.sum(axis=1)
-    col_counts = crop.sum(axis=0)
+    row_counts = np.count_nonzero(crop, axis=1)
+    col_counts = np.count_nonzero(crop, axis=0)
     area = int(row_counts.sum())
     cy = r0 + float(row_counts @ np.arange(crop.shape[0])) / area
     cx = c0 + float(col_counts @ np.arange(crop.shape[1])) / area
@@ -113,9 +127,24 @@ def gap(a: MaskStats, b: MaskStats) -> float:
         raise ValueError("gap of an empty mask is undefined")
     if _overlap(a, b):
         return 0.0
-    small, large = (a, b) if len(a.boundary_points) <= len(b.boundary_points) else (b, a)
-    dist, _ = large.tree.query(small.boundary_points, k=1)
-    return float(dist.min())
+    # Lower bound per boundary point of A: its distance to B's bounding box. Query B's
+    # boundary tree in order of that bound and stop once no remaining point can be closer.
+    pts = a.boundary_points
+    dr = np.maximum(np.maximum(b.row0 - pts[:, 0], pts[:, 0] - b.row1), 0.0)
+    dc = np.maximum(np.maximum(b.col0 - pts[:, 1], pts[:, 1] - b.col1), 0.0)
+    bound = np.hypot(dr, dc)
+    order = np.argsort(bound, kind="stable")
+    best = math.inf
+    for start in range(0, order.size, _GAP_CHUNK):
+        chunk = order[start : start + _GAP_CHUNK]
+        if bound[chunk[0]] >= best:
+            break
+        dist, _ = b.tree.query(pts[chunk], k=1, distance_upper_bound=best)
+        best = min(best, float(dist.min()))
+    return best
+
+
+_GAP_CHUNK = 64
 
 
 def mean_radius(a: MaskStats, b: MaskStats) -> float:
@@ -123,29 +152,102 @@ def mean_radius(a: MaskStats, b: MaskStats) -> float:
     return (a.radius + b.radius) / 2.0
 
 
+_CELL_SIZES = (32, 8, 4, 2, 1)
+"""Cell sizes of the occupancy pyramid ``facing_surface`` refines through (coarse to pixels)."""
+
+
+def _pool2(grid: BoolMask) -> BoolMask:
+    """2x2 OR-pooling of a grid with even sides."""
+    out: BoolMask = grid[0::2, 0::2] | grid[1::2, 0::2]
+    out |= grid[0::2, 1::2]
+    out |= grid[1::2, 1::2]
+    return out
+
+
+def _pyramid(stats: MaskStats) -> list[BoolMask]:
+    """Occupancy of the mask's crop at each of ``_CELL_SIZES`` (cells anchored at the box's top-left)."""
+    s0 = _CELL_SIZES[0]
+    h, w = stats.crop.shape
+    padded = np.zeros((-(-h // s0) * s0, -(-w // s0) * s0), dtype=bool)
+    padded[:h, :w] = stats.crop
+    by_size = {1: padded}
+    grid, size = padded, 1
+    while size < s0:
+        grid, size = _pool2(grid), size * 2
+        by_size[size] = grid
+    return [by_size[s] for s in _CELL_SIZES]
+
+
+def _children(rows: NDArray[np.intp], cols: NDArray[np.intp], f: int) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """Grid coordinates of the f x f sub-cells of the given cells."""
+    offsets = np.arange(f)
+    kr = (rows[:, None, None] * f + offsets[None, :, None]).repeat(f, axis=2).ravel()
+    kc = (cols[:, None, None] * f + offsets[None, None, :]).repeat(f, axis=1).ravel()
+    return kr, kc
+
+
 def facing_surface(a: MaskStats, b: MaskStats, limit: float) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
     """(rows, cols) of F_A = {p in A : d(p, B) <= limit}, d = Euclidean distance to B's nearest pixel.
 
-    The distance transform of ~B runs on B's bounding box grown by ``limit`` (every
-    pixel within ``limit`` of B lies there, and all of B does, so distances in the
-    window are exact).
+    Exact and independent of how far apart the masks are. Pixels of A inside B have
+    d = 0. For the others d equals D, the distance to B's 4-boundary pixels (the
+    nearest pixel of B to an outside point is always on its boundary), and D is
+    1-Lipschitz: a cell of side s whose centre has D > limit + (s - 1) / sqrt(2)
+    holds no facing pixel, one with D <= limit - (s - 1) / sqrt(2) only facing
+    pixels. Cells of A's occupancy pyramid (32, 8, 4, 2 px) are classified from
+    their centres with a k-d tree over B's boundary, undecided cells are split, and
+    only the pixels of undecided 2 px cells are measured one by one.
     """
-    h, w = a.shape_hw
-    m = math.floor(limit) + 1
-    r0, r1 = max(b.row0 - m, 0), min(b.row1 + m, h - 1)
-    c0, c1 = max(b.col0 - m, 0), min(b.col1 + m, w - 1)
-    # A's part of the window
-    ar0, ar1 = max(r0, a.row0), min(r1, a.row1)
-    ac0, ac1 = max(c0, a.col0), min(c1, a.col1)
-    if ar0 > ar1 or ac0 > ac1:
-        return np.zeros(0, np.intp), np.zeros(0, np.intp)
-    # Shrink the window to what covers both B and A's part of it.
-    wr0, wr1 = min(b.row0, ar0), max(b.row1, ar1)
-    wc0, wc1 = min(b.col0, ac0), max(b.col1, ac1)
-    not_b = np.ones((wr1 - wr0 + 1, wc1 - wc0 + 1), dtype=bool)
-    not_b[b.row0 - wr0 : b.row1 - wr0 + 1, b.col0 - wc0 : b.col1 - wc0 + 1] &= ~b.crop
-    dist = ndimage.distance_transform_edt(not_b)
-    a_part = a.crop[ar0 - a.row0 : ar1 - a.row0 + 1, ac0 - a.col0 : ac1 - a.col0 + 1]
-    d_part = dist[ar0 - wr0 : ar1 - wr0 + 1, ac0 - wc0 : ac1 - wc0 + 1]
-    rows, cols = np.nonzero(a_part & (d_part <= limit))
-    return rows + ar0, cols + ac0
+    grids = a.pyramid
+    padded = grids[-1]
+    cr, cc = np.nonzero(grids[0])
+    found_r: list[NDArray[np.intp]] = []
+    found_c: list[NDArray[np.intp]] = []
+    for level, size in enumerate(_CELL_SIZES):
+        if cr.size == 0:
+            break
+        reach = (size - 1) / math.sqrt(2.0)
+        cy = a.row0 + cr * size + (size - 1) / 2
+        cx = a.col0 + cc * size + (size - 1) / 2
+        # the distance to B's box bounds D from below: cells beyond limit + reach of it are out
+        near = (
+            np.hypot(
+                np.maximum(np.maximum(b.row0 - cy, cy - b.row1), 0.0),
+                np.maximum(np.maximum(b.col0 - cx, cx - b.col1), 0.0),
+            )
+            - reach
+            <= limit
+        )
+        cr, cc, cy, cx = cr[near], cc[near], cy[near], cx[near]
+        dist, _ = b.tree.query(np.column_stack((cy, cx)), k=1)
+        if size == 1:
+            keep = dist <= limit
+            found_r.append(cr[keep])
+            found_c.append(cc[keep])
+            break
+        inside = dist + reach <= limit
+        if inside.any():  # every pixel of A in these cells faces B
+            pr, pc = _children(cr[inside], cc[inside], size)
+            occupied = padded[pr, pc]
+            found_r.append(pr[occupied])
+            found_c.append(pc[occupied])
+        unsure = ~inside & (dist - reach <= limit)
+        kr, kc = _children(cr[unsure], cc[unsure], size // _CELL_SIZES[level + 1])
+        occupied = grids[level + 1][kr, kc]
+        cr, cc = kr[occupied], kc[occupied]
+    rows = np.concatenate(found_r) if found_r else np.zeros(0, np.intp)
+    cols = np.concatenate(found_c) if found_c else np.zeros(0, np.intp)
+    # pixels of A inside B (only where the masks overlap) are at distance 0
+    r0, r1 = max(a.row0, b.row0), min(a.row1, b.row1)
+    c0, c1 = max(a.col0, b.col0), min(a.col1, b.col1)
+    if r0 <= r1 and c0 <= c1:
+        both = (
+            a.crop[r0 - a.row0 : r1 - a.row0 + 1, c0 - a.col0 : c1 - a.col0 + 1]
+            & b.crop[r0 - b.row0 : r1 - b.row0 + 1, c0 - b.col0 : c1 - b.col0 + 1]
+        )
+        orow, ocol = np.nonzero(both)
+        if orow.size:
+            width = padded.shape[1]
+            flat = np.union1d(rows * width + cols, (orow + r0 - a.row0) * width + (ocol + c0 - a.col0))
+            rows, cols = np.divmod(flat, width)
+    return rows + a.row0, cols + a.col0

@@ -19,7 +19,7 @@ def rect(r0: int, c0: int, h: int, w: int, shape: tuple[int, int] = (H, W)) -> n
 
 
 def square_at(cy: int, cx: int, size: int = 10, shape: tuple[int, int] = (H, W)) -> np.ndarray:
-    """A size x size square whose centroid is (cx + (size-1)/2 - size//2 ...) -- centred at the given pixel for odd sizes."""
+    """A size x size square with its top-left corner at (cy - size // 2, cx - size // 2)."""
     half = size // 2
     return rect(cy - half, cx - half, size, size, shape)
 
@@ -42,7 +42,7 @@ def perception(
     )
     return ImagePerception(
         detections=dets,
-        refined=RefinedMasks({i: m for i, m in enumerate(masks)}, shape) if refined else None,
+        refined=RefinedMasks(dict(enumerate(masks)), shape) if refined else None,
         attributes=AttributeScores(attributes, tuple(answers)) if attributes is not None else None,
         disparity=DisparityMap(disparity, shape) if disparity is not None else None,
     )

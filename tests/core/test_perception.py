@@ -49,7 +49,9 @@ def test_indices_of_sorts_by_score_stably() -> None:
 
 
 def test_refined_attributes_disparity_validation() -> None:
-    with pytest.raises(ValueError, match=r"refined mask for detection 0 has shape \(4, 4\), expected \(H, W\) = \(5, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"refined mask for detection 0 has shape \(4, 4\), expected \(H, W\) = \(5, 5\)"
+    ):
         RefinedMasks({0: np.zeros((4, 4), bool)}, (5, 5))
     with pytest.raises(ValueError, match=r"scores for detection 0 cover \['red'\], expected exactly \['blue', 'red'\]"):
         AttributeScores({0: {"red": 1.0}}, ("red", "blue"))

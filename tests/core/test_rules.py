@@ -202,8 +202,8 @@ def test_per_class_cap_and_no_suppression() -> None:
     sel = select_instances(_dets([0.9] * 20 + [0.6], ["cup"] * 20 + ["dog"]), "cup", 16)
     assert len(sel.kept) == 16 and len(sel.counted) == 16 and not sel.over_count  # capped at 16
     # identical boxes are not suppressed (IoU threshold 1.0)
-    same = Detections(("cup", "cup"), np.array([0.9, 0.8], np.float32),
-                      np.array([[0, 0, 4, 4], [0, 0, 4, 4]], np.float32), np.zeros((2, 8, 8), bool), (8, 8))  # fmt: skip
+    boxes = np.array([[0, 0, 4, 4], [0, 0, 4, 4]], np.float32)
+    same = Detections(("cup", "cup"), np.array([0.9, 0.8], np.float32), boxes, np.zeros((2, 8, 8), bool), (8, 8))
     assert len(select_instances(same, "cup", 1).counted) == 2
     nms = RuleConfig(detection=CURRENT.detection.model_copy(update={"overlap_iou": 0.5}))
     assert len(select_instances(same, "cup", 1, nms).counted) == 1

@@ -147,7 +147,9 @@ def test_invalid_json_and_unsupported_exclude(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"line 2: not valid JSON"):
         read_prompts(src)
     with pytest.raises(SpecError, match=r"field exclude\[0\]: only exclude entries that restate"):
-        parse_prompt({"prompt": "x", "include": [{"class": "cup"}], "exclude": [{"class": "dog", "count": 1}]}, default_id="1")
+        parse_prompt(
+            {"prompt": "x", "include": [{"class": "cup"}], "exclude": [{"class": "dog", "count": 1}]}, default_id="1"
+        )
 
 
 def test_mixed_geneval_statements_are_rejected() -> None:
