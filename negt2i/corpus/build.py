@@ -28,7 +28,7 @@ import hashlib
 import json
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -49,6 +49,7 @@ CATEGORIES: Final[tuple[Category, ...]] = tuple(Category)
 FORMAT: Final[str] = "negt2ibench-corpus/1"
 DEFAULT_TARGET_POOL: Final[int] = 8
 _MAX_ATTEMPTS: Final[int] = 50
+_EXPLORE_AFTER: Final[int] = 3
 
 
 class BuildError(RuntimeError):
@@ -86,13 +87,17 @@ class _AttributeState:
 
         return least_used(carriers, key, self.rng, m)
 
+    def _value_key(self, *, explore: bool) -> Callable[[str], tuple[float, ...]]:
+        """Least-used value first; when stuck on duplicates (``explore``), any value."""
+        return lambda v: () if explore else (self.values[v],)
+
     def make(self, pid: str, positive: int, negated: int, seen: set[str]) -> Prompt:
         m = positive + negated
         for attempt in range(_MAX_ATTEMPTS):
             values = [v for v in VALUES[self.category] if self.n_carriers[v] >= m]
             if not values:
                 raise BuildError(f"{self.category}: no value is plausible for {m} objects")
-            value = least_used(values, lambda v: (self.values[v],), self.rng)[0]
+            value = least_used(values, self._value_key(explore=attempt >= _EXPLORE_AFTER), self.rng)[0]
             chosen = self._objects(value, m, novel_first=attempt > 0)
             self.rng.shuffle(chosen)
             selections = [
@@ -119,6 +124,7 @@ class _RelationState:
     subjects: Counter[str] = field(default_factory=Counter)
     targets: Counter[str] = field(default_factory=Counter)
     predicates: Counter[tuple[str, Polarity]] = field(default_factory=Counter)
+    clauses: Counter[tuple[str, str, str, Polarity]] = field(default_factory=Counter)
 
     def _total(self, c: str) -> int:
         return self.subjects[c] + self.targets[c]
@@ -135,10 +141,12 @@ class _RelationState:
         targets: Counter[str],
         predicates: Counter[tuple[str, Polarity]],
         pool_size: int,
+        novel_first: bool,
     ) -> Pair:
         """One clause: the under-used predicate among the least-used candidate targets.
 
-        ``targets`` / ``predicates`` are this prompt's own (not yet committed) uses.
+        ``targets`` / ``predicates`` are this prompt's own (not yet committed) uses; a
+        redraw (``novel_first``) prefers clauses this subject has not made yet.
         """
         open_pairs = [(p, t) for p, t in self.plausible[subject] if t not in used]
 
@@ -150,9 +158,14 @@ class _RelationState:
 
         def key(pair: Pair) -> tuple[float, ...]:
             p, t = pair
-            return (self.predicates[(p, polarity)] + predicates[(p, polarity)], *target_use(t), ranks[t])
+            balance = (self.predicates[(p, polarity)] + predicates[(p, polarity)], *target_use(t), ranks[t])
+            return (self.clauses[(subject, p, t, polarity)], *balance) if novel_first else balance
 
         return min((pair for pair in open_pairs if pair[1] in ranks), key=key)
+
+    def _subject_key(self, *, explore: bool) -> Callable[[str], tuple[float, ...]]:
+        """Least-used subject first (ties: least-used overall); when stuck on duplicates, any subject."""
+        return lambda s: () if explore else (self.subjects[s], self._total(s))
 
     def make(self, pid: str, positive: int, negated: int, seen: set[str]) -> Prompt:
         m = positive + negated
@@ -160,7 +173,7 @@ class _RelationState:
         if not able:
             raise BuildError(f"{self.category}: no subject has {m} plausible targets")
         for attempt in range(_MAX_ATTEMPTS):
-            subject = least_used(able, lambda s: (self.subjects[s], self._total(s)), self.rng)[0]
+            subject = least_used(able, self._subject_key(explore=attempt >= _EXPLORE_AFTER), self.rng)[0]
             pool_size = self.target_pool + attempt
             targets: Counter[str] = Counter()
             predicates: Counter[tuple[str, Polarity]] = Counter()
@@ -168,7 +181,13 @@ class _RelationState:
             selections: list[RelationSelection] = []
             for polarity in _polarities(positive, negated):
                 pred, target = self._pick(
-                    subject, polarity=polarity, used=used, targets=targets, predicates=predicates, pool_size=pool_size
+                    subject,
+                    polarity=polarity,
+                    used=used,
+                    targets=targets,
+                    predicates=predicates,
+                    pool_size=pool_size,
+                    novel_first=attempt > 0,
                 )
                 selections.append(RelationSelection(pred, target, polarity))
                 used.add(target)
@@ -180,6 +199,7 @@ class _RelationState:
             self.subjects[subject] += 1
             self.targets.update(targets)
             self.predicates.update(predicates)
+            self.clauses.update((subject, c.predicate, c.target, c.polarity) for c in selections)
             return prompt
         raise BuildError(f"{pid}: no new prompt after {_MAX_ATTEMPTS} attempts")
 
