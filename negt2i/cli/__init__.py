@@ -20,6 +20,8 @@ COMMANDS: tuple[str, ...] = (
     "negt2i.cli.evaluate_cmd",
     "negt2i.cli.weights_cmd",
     "negt2i.cli.corpus_cmd",
+    "negt2i.cli.report_cmd",
+    "negt2i.cli.agreement_cmd",
 )
 
 

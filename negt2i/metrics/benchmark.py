@@ -80,7 +80,7 @@ class Provenance:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "files": dict(sorted(self.files.items())),
+            "lines_per_file": dict(sorted(self.files.items())),
             "configs": [{"name": n, "digest": d, "lines": c} for (n, d), c in sorted(self.configs.items())],
             "models": [{"stage": s, "model": m, "lines": c} for (s, m), c in sorted(self.models.items())],
             "evaluator_versions": dict(sorted(self.versions.items())),

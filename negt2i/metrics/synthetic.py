@@ -11,7 +11,9 @@ Incorrect images cycle through the failure patterns the prompt admits, in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -247,3 +249,151 @@ def make_results(
                 dz = bool(dead_zone_every) and slot % dead_zone_every == 0
                 verdict = make_verdict(prompt, pattern, dead_zone_pass=dz, config=config)
                 yield ok_record(verdict, filename=filename, sample=s, models=models)
+
+
+def elements_of(record: Mapping[str, Any]) -> list[tuple[str, str, bool]]:
+    """(element, polarity, satisfied by the verdict) for each object and statement of an ok results line."""
+    out = [
+        (f"object:{o['index']}", "positive", bool(o["present"] and not o["over_count"] and not o["under_count"]))
+        for o in record["objects"]
+    ]
+    out += [(f"statement:{s['index']}", str(s["polarity"]), bool(s["passed"])) for s in record["statements"]]
+    return out
+
+
+def make_labels(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    annotators: int = 3,
+    pool: int = 36,
+    truth_flip: float = 0.08,
+    annotator_flip: float = 0.08,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Human-label rows for the ok ``records``: a hidden truth (the verdict, flipped with ``truth_flip``) that each
+    annotator reports, flipped with ``annotator_flip``; answers are to the affirmative question."""
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    for rec in records:
+        if rec.get("status") != "ok":
+            continue
+        who = rng.choice(pool, size=annotators, replace=False)
+        for element, polarity, ok in elements_of(rec):
+            truth = ok != (rng.random() < truth_flip)
+            for a in who:
+                satisfied = truth != (rng.random() < annotator_flip)
+                answer = satisfied != (polarity == "negated")
+                rows.append(
+                    {
+                        "image": rec["filename"],
+                        "element": element,
+                        "annotator": f"a{a:02d}",
+                        "answer": "yes" if answer else "no",
+                    }
+                )
+    return rows
+
+
+def make_judge(
+    records: Sequence[Mapping[str, Any]],
+    labels: Sequence[Mapping[str, Any]],
+    *,
+    judge: str = "synthetic-judge",
+    noise: float = 0.25,
+    negation_blind: float = 0.3,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Judge rows in ``whole``, ``pos`` and ``neg`` modes that follow the annotator majority with noise.
+
+    In ``neg`` mode a share ``negation_blind`` of negated statements is answered as if not negated (the
+    judge repeats its affirmative answer), the failure mode Table 10 measures.
+    """
+    rng = np.random.default_rng(seed)
+    votes: dict[tuple[str, str], list[bool]] = {}
+    for lab in labels:
+        votes.setdefault((lab["image"], lab["element"]), []).append(lab["answer"] == "yes")
+    rows: list[dict[str, Any]] = []
+    for rec in records:
+        if rec.get("status") != "ok" or (rec["filename"], "object:0") not in votes:
+            continue
+        all_ok = True
+        for element, polarity, _ in elements_of(rec):
+            yes_share = float(np.mean(votes[(rec["filename"], element)]))
+            p_yes = float(np.clip(yes_share + rng.normal(0, noise), 0.0, 1.0))
+            rows.append(
+                {"judge": judge, "mode": "pos", "image": rec["filename"], "element": element, "p_yes": round(p_yes, 4)}
+            )
+            neg_p = p_yes
+            if polarity == "negated" and rng.random() >= negation_blind:
+                neg_p = 1.0 - p_yes
+            rows.append(
+                {"judge": judge, "mode": "neg", "image": rec["filename"], "element": element, "p_yes": round(neg_p, 4)}
+            )
+            all_ok &= (p_yes > 0.5) != (polarity == "negated")
+        whole = float(np.clip((0.7 if all_ok else 0.3) + rng.normal(0, noise), 0.0, 1.0))
+        rows.append(
+            {"judge": judge, "mode": "whole", "image": rec["filename"], "element": "prompt", "p_yes": round(whole, 4)}
+        )
+    return rows
+
+
+SAMPLE_CATEGORY_OFFSET: dict[str, float] = {
+    "color": 0.05,
+    "material": 0.0,
+    "comparative": -0.05,
+    "depth": -0.03,
+    "directional": 0.02,
+    "proximity": -0.02,
+}
+SAMPLE_MODELS: dict[str, tuple[float, float, float]] = {
+    "model-A": (0.85, 0.17, 0.08),
+    "model-B": (0.78, 0.15, 0.03),
+    "model-C": (0.70, 0.15, 0.10),
+}
+"""name -> (accuracy at load 1 with no negation, drop per extra statement, drop per negated statement)."""
+
+
+def sample_rate(model: str, category: str, setting: str) -> float:
+    """The known accuracy of a sample model in a cell: ``base - drop_load (P + N - 1) - drop_neg N + offset(category)``,
+    clipped to [0.02, 0.95] and rounded to whole percent."""
+    base, per_load, per_neg = SAMPLE_MODELS[model]
+    m = SETTING_RE.match(setting)
+    assert m is not None
+    p, n = int(m.group(1)), int(m.group(2))
+    value = base - per_load * (p + n - 1) - per_neg * n + SAMPLE_CATEGORY_OFFSET[category]
+    return round(min(0.95, max(0.02, value)), 2)
+
+
+def write_sample(out: str | Path, *, per_cell: int = 25, seed: int = 0) -> list[Path]:
+    """Results files of the three sample models (``per_cell`` prompts x 4 images per cell, exact known rates),
+    with human labels and judge answers on 120 images of ``model-A``; returns the paths written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    prompts = make_prompts(per_cell, seed=seed)
+    written: list[Path] = []
+    first: list[dict[str, Any]] = []
+    for k, name in enumerate(SAMPLE_MODELS):
+        path = out / f"{name}.jsonl"
+        cells = {(p.category.value, p.setting) for p in prompts if p.category is not None}
+        rates = {(c, st): sample_rate(name, c, st) for c, st in cells}
+        records = list(make_results(prompts, rates, seed=seed + k, error_every=50 if k == 2 else 0))
+        path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records), encoding="utf-8")
+        written.append(path)
+        if k == 0:
+            first = records
+    rng = np.random.default_rng(seed)
+    chosen = [first[i] for i in sorted(rng.choice(len(first), size=min(120, len(first)), replace=False))]
+    labels = make_labels(chosen, seed=seed)
+    judge = make_judge(chosen, labels, seed=seed)
+    for name, rows in (("labels.jsonl", labels), ("judges.jsonl", judge)):
+        path = out / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    for p in write_sample(sys.argv[1] if len(sys.argv) > 1 else "sample-results"):
+        print(p)

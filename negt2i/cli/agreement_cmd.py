@@ -1,0 +1,57 @@
+"""``negt2i agreement --labels L --results R... [--judges J...] --out DIR``: the evaluator-agreement study."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "agreement",
+        help="agreement of the evaluator (and VLM judges) with human labels: kappa, tau, Fleiss, per element",
+        description="Compare verdicts (results JSONL) and optional judge answers with per-element human labels "
+        "(JSONL or CSV: image, element, annotator, answer). See docs/report.md for the file formats.",
+    )
+    p.add_argument("--labels", required=True, help="human labels (JSONL or CSV)")
+    p.add_argument("--results", required=True, nargs="+", help="results files with the verdicts of the labelled images")
+    p.add_argument(
+        "--judges", nargs="*", default=[], help="judge answers (JSONL or CSV: judge, mode, image, element, p_yes)"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    p.add_argument(
+        "--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples over images (default 1000)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from negt2i.metrics.agreement_report import agreement_tables, run_agreement, write_agreement
+
+    try:
+        result = run_agreement(
+            args.labels,
+            args.results,
+            args.judges,
+            n_resamples=args.bootstrap,
+            seed=args.seed,
+            confidence=args.confidence,
+        )
+        written = write_agreement(result, args.out)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    main = agreement_tables(result)[0]
+    print(main.title)
+    for row in main.rows:
+        print(f"  {row[0]:<28} kappa {row[2]:<22} tau {row[11]}")
+    for w in result["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    return 0

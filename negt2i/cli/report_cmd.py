@@ -1,0 +1,60 @@
+"""``negt2i report RESULTS... --out DIR``: benchmark metrics, intervals, comparison tables and an HTML report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "report",
+        help="score results files: accuracy tables, failure causes, dead zones, intervals, HTML report",
+        description="Score one or more models' results files (JSONL from `negt2i evaluate` / `negt2i submit`). "
+        "Each RESULTS is PATH (the model is named after the file) or NAME=PATH; repeating a NAME, or a glob "
+        "in PATH, merges shards of one model. Writes report.json, CSV tables, report.md and a self-contained "
+        "report.html into --out.",
+    )
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="PATH or NAME=PATH (PATH may be a glob)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument(
+        "--baseline", metavar="NAME", help="model the paired differences are taken against (default: the first)"
+    )
+    p.add_argument("--no-plots", action="store_true", help="skip the plots (no matplotlib needed)")
+    p.add_argument("--strict", action="store_true", help="exit with status 3 when the report has warnings")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from negt2i.metrics.records import ResultsFormatError
+    from negt2i.metrics.report import build_report, load_model, parse_inputs, table3, write_report
+
+    try:
+        models = [load_model(name, paths) for name, paths in parse_inputs(args.results)]
+        report = build_report(
+            models, n_resamples=args.bootstrap, seed=args.seed, confidence=args.confidence, baseline=args.baseline
+        )
+        written = write_report(report, args.out, plots=not args.no_plots)
+    except (ResultsFormatError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
+        print(f"error: {exc}; install the 'reports' extra or pass --no-plots", file=sys.stderr)
+        return 2
+    t = table3(report)
+    print(t.title)
+    width = max(len(r[0]) for r in t.rows)
+    print(f"{'Model':<{width}}  " + " ".join(f"{c:>7}" for c in t.columns[1:]))
+    for row in t.rows:
+        print(f"{row[0]:<{width}}  " + " ".join(f"{v:>7}" for v in row[1:]))
+    for w in report["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
+    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    return 3 if args.strict and report["warnings"] else 0

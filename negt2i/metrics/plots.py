@@ -1,0 +1,191 @@
+"""Report plots (matplotlib, Agg backend, no display): heatmap, polarity gap, failure causes, model comparison.
+
+Each function takes the dict of ``negt2i.metrics.report.build_report`` and returns a
+``matplotlib.figure.Figure``; ``report_figures`` renders them to base64 PNGs for
+the self-contained HTML page. Requires the ``reports`` extra (matplotlib).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from negt2i.metrics.records import CATEGORY_ORDER, CAUSES, SETTING_ORDER, setting_label
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+CAUSE_COLORS = {
+    "undetected_object": "#9e9e9e",
+    "over_count": "#f2b134",
+    "positive_violated": "#4a90d9",
+    "negated_violated": "#d9534f",
+    "dead_zone": "#7b5ea7",
+}
+LABELS = {
+    "color": "Color",
+    "material": "Material",
+    "comparative": "Compar.",
+    "depth": "Depth",
+    "directional": "Direct.",
+    "proximity": "Proxim.",
+}
+
+
+def heatmap(report: dict[str, Any], model: str) -> Figure:
+    """Image accuracy (%) per category (rows) x setting (columns) of one model, annotated."""
+    m = report["models"][model]["image_accuracy"]
+    cats = [c.value for c in CATEGORY_ORDER]
+    grid = np.full((len(cats), len(SETTING_ORDER)), np.nan)
+    for i, c in enumerate(cats):
+        for j, s in enumerate(SETTING_ORDER):
+            v = m["by_cell"].get(f"{c}/{s}")
+            if v is not None:
+                grid[i, j] = 100 * v
+    fig, ax = plt.subplots(figsize=(8.5, 3.9), layout="constrained")
+    im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            if not np.isnan(grid[i, j]):
+                ax.text(
+                    j,
+                    i,
+                    f"{grid[i, j]:.1f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if grid[i, j] < 55 else "black",
+                )
+    ax.set_xticks(range(len(SETTING_ORDER)), [setting_label(s) for s in SETTING_ORDER])
+    ax.set_yticks(range(len(cats)), [LABELS[c] for c in cats])
+    ax.set_xlabel("setting (P asserted : N negated statements)")
+    overall = m["overall"]
+    ax.set_title(
+        f"{model}: image accuracy (%) by category x setting (overall {100 * overall:.1f})"
+        if overall is not None
+        else model
+    )
+    fig.colorbar(im, ax=ax, label="%")
+    return fig
+
+
+def polarity_gap(report: dict[str, Any]) -> Figure:
+    """Accuracy per setting, grouped by statement load, one bar per model with its interval."""
+    names = list(report["models"])
+    fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
+    width = 0.8 / max(len(names), 1)
+    positions: list[float] = []
+    x = 0.0
+    last_load = None
+    for s in SETTING_ORDER:
+        load = sum(int(ch) for ch in setting_label(s).split(":"))
+        if last_load is not None and load != last_load:
+            x += 0.6
+        positions.append(x)
+        x += 1
+        last_load = load
+    for k, name in enumerate(names):
+        m = report["models"][name]
+        vals = [m["image_accuracy"]["by_setting"].get(s) for s in SETTING_ORDER]
+        iv = [m["intervals"]["image_accuracy"]["by_setting"].get(s) for s in SETTING_ORDER]
+        xs = [p - 0.4 + width * (k + 0.5) for p in positions]
+        ys = [100 * v if v is not None else np.nan for v in vals]
+        err = np.array(
+            [
+                [y - 100 * c[0], 100 * c[1] - y] if c is not None and v is not None else [0, 0]
+                for y, c, v in zip(ys, iv, vals, strict=True)
+            ]
+        ).T
+        ax.bar(xs, ys, width=width * 0.95, yerr=err, capsize=2, label=name)
+    ax.set_xticks(positions, [setting_label(s) for s in SETTING_ORDER])
+    ax.set_ylabel("image accuracy (%)")
+    ax.set_title("Polarity gap at each statement load (loads 1 | 2 | 3 | 4), 95% prompt-bootstrap intervals")
+    ax.legend(fontsize=8, ncols=min(len(names), 4))
+    ax.grid(axis="y", alpha=0.3)
+    return fig
+
+
+def failure_bars(report: dict[str, Any]) -> Figure:
+    """Figure 3: failed statements by cause, pooled over models, per setting (left) and per category (right)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained", width_ratios=[8, 6])
+    for ax, group, keys, label in (
+        (axes[0], "by_setting", list(SETTING_ORDER), setting_label),
+        (axes[1], "by_category", [c.value for c in CATEGORY_ORDER], lambda k: LABELS[k]),
+    ):
+        pooled: dict[str, Counter[str]] = {k: Counter() for k in keys}
+        for m in report["models"].values():
+            for k, b in m["failures"][group].items():
+                if k in pooled:
+                    pooled[k].update(b["counts"])
+        present = [k for k in keys if sum(pooled[k].values())]
+        bottom = np.zeros(len(present))
+        totals = np.array([sum(pooled[k].values()) for k in present], dtype=float)
+        for cause in CAUSES:
+            share = np.array([pooled[k][cause] for k in present]) / np.where(totals > 0, totals, 1) * 100
+            ax.bar(range(len(present)), share, bottom=bottom, color=CAUSE_COLORS[cause], label=cause.replace("_", " "))
+            bottom += share
+        for i, t in enumerate(totals):
+            ax.text(i, 101, f"{int(t)}", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(present)), [label(k) for k in present])
+        ax.set_ylim(0, 110)
+        ax.set_ylabel("% of failed statements")
+    axes[0].set_title("(a) by setting")
+    axes[1].set_title("(b) by category")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(CAUSES), fontsize=8, frameon=False)
+    fig.suptitle("Statement-level failure decomposition (numbers above bars: failed statements)")
+    return fig
+
+
+def comparison(report: dict[str, Any]) -> Figure:
+    """Overall image accuracy per model with its interval, best first."""
+    rows = []
+    for name, m in report["models"].items():
+        v = m["image_accuracy"]["overall"]
+        ci = m["intervals"]["image_accuracy"]["overall"]
+        if v is not None:
+            rows.append((100 * v, name, ci))
+    rows.sort()
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(rows) + 1.3), layout="constrained")
+    ys = np.arange(len(rows))
+    vals = np.array([r[0] for r in rows])
+    err = np.array([[v - 100 * c[0], 100 * c[1] - v] for v, _, c in rows]).T
+    ax.barh(ys, vals, xerr=err, capsize=3, color="#4a90d9")
+    for y, (v, _, c) in zip(ys, rows, strict=True):
+        ax.text(100 * c[1] + 1.0, float(y), f"{v:.1f} [{100 * c[0]:.1f}, {100 * c[1]:.1f}]", va="center", fontsize=8)
+    ax.set_yticks(ys, [r[1] for r in rows])
+    ax.set_xlabel("overall image accuracy (%), mean of the six categories")
+    ax.set_title("Model comparison (95% prompt-bootstrap intervals)")
+    ax.set_xlim(0, max(100.0, float(vals.max()) + 8) if len(vals) else 100)
+    return fig
+
+
+def to_png(fig: Figure, dpi: int = 110) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def report_figures(report: dict[str, Any], *, max_heatmaps: int = 12) -> list[tuple[str, str]]:
+    """(caption, base64 PNG) for every plot of the HTML report."""
+    out: list[tuple[str, str]] = []
+
+    def add(caption: str, fig: Figure) -> None:
+        out.append((caption, base64.b64encode(to_png(fig)).decode("ascii")))
+
+    if len(report["models"]) > 1:
+        add("Overall image accuracy per model", comparison(report))
+    add("Image accuracy per setting, grouped by statement load", polarity_gap(report))
+    for name in list(report["models"])[:max_heatmaps]:
+        add(f"{name}: image accuracy by category x setting", heatmap(report, name))
+    add("Failed statements by cause (pooled over models)", failure_bars(report))
+    return out
