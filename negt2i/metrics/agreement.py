@@ -47,7 +47,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from negt2i.metrics.benchmark import category_order, setting_order
 from negt2i.metrics.bootstrap import percentile_interval
 from negt2i.metrics.records import ImageRow
 from negt2i.metrics.stats import (
@@ -481,8 +482,8 @@ def analyze(study: Study, *, n_resamples: int = 1000, seed: int = 0, confidence:
         "image_level": image_level,
         "inter_annotator": _loo(study, all_images, all_elements),
         "differences": _differences(study, replicates, image_level, confidence),
-        "by_setting": _breakdown(study, study.setting, ref_bin, ref_score),
-        "by_category": _breakdown(study, study.category, ref_bin, ref_score),
+        "by_setting": _breakdown(study, study.setting, ref_bin, ref_score, setting_order),
+        "by_category": _breakdown(study, study.category, ref_bin, ref_score, category_order),
         "element_level": element_level,
         "warnings": list(study.warnings),
     }
@@ -522,11 +523,13 @@ def _differences(
     return out
 
 
-def _breakdown(study: Study, groups: Sequence[str | None], ref_bin: Bool, ref_score: Float) -> dict[str, Any]:
+def _breakdown(
+    study: Study, groups: Sequence[str | None], ref_bin: Bool, ref_score: Float, order: Callable[[str], Any]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     labels = np.array([g or "-" for g in groups])
     all_elements = np.ones(len(study.element_name), dtype=bool)
-    for g in sorted(set(labels.tolist())):
+    for g in sorted(set(labels.tolist()), key=order):
         mask = labels == g
         entry: dict[str, Any] = {"n": int(mask.sum()), "evaluators": {}}
         for name, dec in study.evaluators.items():

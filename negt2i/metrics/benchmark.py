@@ -31,7 +31,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from negt2i.metrics.records import CATEGORY_ORDER, CAUSES, ROW_CLASSES, SETTING_ORDER, ImageRow
-from negt2i.vocab import Category
 
 RELATION_CATEGORIES: tuple[str, ...] = tuple(c.value for c in CATEGORY_ORDER if c.is_relation)
 
@@ -240,7 +239,7 @@ class BenchmarkState:
                     "image_accuracy": img[(c, s)],
                     "prompt_accuracy": prm[(c, s)],
                 }
-                for c, s in sorted(cells, key=_cell_order)
+                for c, s in sorted(cells, key=cell_order)
             },
             "image_accuracy": accuracy,
             "prompt_accuracy": prompt_accuracy,
@@ -282,8 +281,8 @@ class BenchmarkState:
         statements_total = sum(self.statements.values())
         return {
             "overall": block({"all": overall})["all"],
-            "by_setting": block(dict(sorted(by_setting.items(), key=lambda kv: _setting_order(kv[0])))),
-            "by_category": block(dict(sorted(by_category.items(), key=lambda kv: _category_order(kv[0])))),
+            "by_setting": block(dict(sorted(by_setting.items(), key=lambda kv: setting_order(kv[0])))),
+            "by_category": block(dict(sorted(by_category.items(), key=lambda kv: category_order(kv[0])))),
             "by_setting_polarity": block(dict(sorted(by_setting_polarity.items()))),
             "statements": statements_total,
             "failed_statements": total_failed,
@@ -311,10 +310,8 @@ class BenchmarkState:
 
         return {
             "overall": shares(by_class),
-            "by_setting": {k: shares(v) for k, v in sorted(by_setting.items(), key=lambda kv: _setting_order(kv[0]))},
-            "by_category": {
-                k: shares(v) for k, v in sorted(by_category.items(), key=lambda kv: _category_order(kv[0]))
-            },
+            "by_setting": {k: shares(v) for k, v in sorted(by_setting.items(), key=lambda kv: setting_order(kv[0]))},
+            "by_category": {k: shares(v) for k, v in sorted(by_category.items(), key=lambda kv: category_order(kv[0]))},
             "incorrect_judged": total,
             "error_lines": sum(self.errors.values()),
         }
@@ -364,17 +361,20 @@ def _prompt_acc(correct: NDArray[np.int64]) -> float:
     return float(np.mean(correct > 0))
 
 
-def _category_order(cat: str) -> tuple[int, str]:
+def category_order(cat: str) -> tuple[int, str]:
+    """Sort key: Table 3's category order, unknown names last."""
     values = [c.value for c in CATEGORY_ORDER]
     return (values.index(cat), cat) if cat in values else (len(values), cat)
 
 
-def _setting_order(setting: str) -> tuple[int, str]:
+def setting_order(setting: str) -> tuple[int, str]:
+    """Sort key: Table 3's setting order (by load), unknown names last."""
     return (SETTING_ORDER.index(setting), setting) if setting in SETTING_ORDER else (len(SETTING_ORDER), setting)
 
 
-def _cell_order(cell: tuple[str, str]) -> tuple[tuple[int, str], tuple[int, str]]:
-    return (_category_order(cell[0]), _setting_order(cell[1]))
+def cell_order(cell: tuple[str, str]) -> tuple[tuple[int, str], tuple[int, str]]:
+    """Sort key of (category, setting) cells."""
+    return (category_order(cell[0]), setting_order(cell[1]))
 
 
 def aggregate(cell_values: dict[tuple[str, str], Any]) -> dict[str, Any]:
@@ -383,8 +383,8 @@ def aggregate(cell_values: dict[tuple[str, str], Any]) -> dict[str, Any]:
     ``by_category[c] = mean_s v(c, s)``, ``by_setting[s] = mean_c v(c, s)``, ``overall = mean_c by_category[c]``
     (each mean over the cells present); ``by_load[L]`` is the mean of the settings of load L.
     """
-    cats = sorted({c for c, _ in cell_values}, key=_category_order)
-    settings = sorted({s for _, s in cell_values}, key=_setting_order)
+    cats = sorted({c for c, _ in cell_values}, key=category_order)
+    settings = sorted({s for _, s in cell_values}, key=setting_order)
     by_category = {c: _mean([v for (cc, _), v in cell_values.items() if cc == c]) for c in cats}
     by_setting = {s: _mean([v for (_, ss), v in cell_values.items() if ss == s]) for s in settings}
     overall = _mean(list(by_category.values())) if by_category else None
@@ -392,7 +392,7 @@ def aggregate(cell_values: dict[tuple[str, str], Any]) -> dict[str, Any]:
         "overall": overall,
         "by_category": by_category,
         "by_setting": by_setting,
-        "by_cell": {f"{c}/{s}": cell_values[(c, s)] for c, s in sorted(cell_values, key=_cell_order)},
+        "by_cell": {f"{c}/{s}": cell_values[(c, s)] for c, s in sorted(cell_values, key=cell_order)},
     }
 
 
@@ -418,10 +418,12 @@ def missing_cells(state: BenchmarkState) -> list[str]:
 __all__ = [
     "RELATION_CATEGORIES",
     "BenchmarkState",
-    "Category",
     "PromptTally",
     "Provenance",
     "aggregate",
+    "category_order",
+    "cell_order",
     "expected_cells",
     "missing_cells",
+    "setting_order",
 ]

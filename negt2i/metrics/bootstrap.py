@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.metrics.benchmark import BenchmarkState, _cell_order, aggregate
+from negt2i.metrics.benchmark import BenchmarkState, aggregate, cell_order
 
 Replicates = dict[tuple[str, str], NDArray[np.float64]]
 
@@ -46,7 +46,7 @@ def _replicates(
     """Per state: (image accuracy, prompt accuracy) replicates per cell, same resampled prompts for every state."""
     rng = np.random.default_rng(seed)
     out: list[tuple[Replicates, Replicates]] = [({}, {}) for _ in states]
-    for cell in sorted(cells, key=_cell_order):
+    for cell in sorted(cells, key=cell_order):
         pids = cells[cell]
         idx = rng.integers(0, len(pids), size=(n_resamples, len(pids)))
         for k, state in enumerate(states):
