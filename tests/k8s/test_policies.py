@@ -8,6 +8,7 @@ import tomllib
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.k8s.helpers import (
     KUSTOMIZATIONS,
@@ -86,7 +87,10 @@ def test_long_running_containers_have_probes(item: tuple[str, dict, dict]) -> No
         assert c["ports"] == [{"name": "http", "containerPort": STAGE_PORT, "protocol": "TCP"}]
     else:
         assert name == "orchestrator"
-        assert c["livenessProbe"]["grpc"] == {"port": ORCHESTRATOR_PORT}
+        # grpc.health.v1 turns NOT_SERVING whenever a stage is down (orchestrator/server.py): a
+        # liveness probe on it would restart a healthy orchestrator during every stage rollout.
+        assert c["livenessProbe"]["tcpSocket"] == {"port": "grpc"}
+        assert c["startupProbe"]["tcpSocket"] == {"port": "grpc"}
         assert c["readinessProbe"]["grpc"] == {"port": ORCHESTRATOR_PORT, "service": "negt2i.v1.Evaluator"}
 
 
@@ -185,7 +189,7 @@ def test_images_are_pinned_release_tags(name: str) -> None:
     for _, template in pod_specs(rendered(name)):
         for c in containers(template):
             image = c["image"]
-            match = re.fullmatch(r"negt2i/(detector|segmenter|attributes|depth|orchestrator):(\S+)", image)
+            match = re.fullmatch(r"(?:\S+/)?(detector|segmenter|attributes|depth|orchestrator):([\w.-]+)", image)
             assert match, f"unexpected image {image!r}"
             assert match.group(2) != "latest"
             # One release: the tag is the package version the images are built from (Makefile).
@@ -318,7 +322,8 @@ def test_sweep_is_an_indexed_job_whose_shard_count_agrees_everywhere() -> None:
     assert '--shard "$JOB_COMPLETION_INDEX/$SWEEP_SHARDS"' in script
     assert "negt2i submit" in script and 'touch "$out.done"' in script
     # The client balances over the headless orchestrator Service itself.
-    assert config["data"]["SWEEP_ORCHESTRATOR"] == f"dns:///orchestrator:{ORCHESTRATOR_PORT}"
+    assert config["data"]["NEGT2I_ORCHESTRATOR"] == f"dns:///orchestrator:{ORCHESTRATOR_PORT}"
+    assert '--orchestrator "$NEGT2I_ORCHESTRATOR"' in script
 
     # The report waits for exactly those shards, then merges them in index order.
     for c in containers(report["spec"]["template"]):
@@ -326,5 +331,24 @@ def test_sweep_is_an_indexed_job_whose_shard_count_agrees_everywhere() -> None:
     (wait,) = report["spec"]["template"]["spec"]["initContainers"]
     assert 'shard-*-of-"$SWEEP_SHARDS".done' in wait["command"][-1]
     (merge,) = report["spec"]["template"]["spec"]["containers"]
-    assert "negt2i report" in merge["command"][-1]
+    assert 'negt2i report "$SWEEP_MODEL=$SWEEP_RESULTS/results.jsonl"' in merge["command"][-1]
     assert "$SWEEP_RESULTS/shard-$i-of-$SWEEP_SHARDS.jsonl" in merge["command"][-1]
+
+
+def test_the_adapter_rules_serve_the_metric_the_hpas_read() -> None:
+    values = yaml.safe_load((REPO / "k8s" / "monitoring" / "prometheus-adapter-values.yaml").read_text())
+    served = {rule["name"]["as"] for rule in values["rules"]["custom"]}
+    for name, hpa in by_kind(rendered("overlays/gpu"), "HorizontalPodAutoscaler").items():
+        for metric in hpa["spec"]["metrics"]:
+            if metric["type"] == "Pods":
+                assert metric["pods"]["metric"]["name"] in served, name
+    # Prometheus finds the pods by these annotations and may reach them (see the NetworkPolicy test).
+    for stage in STAGES:
+        annotations = by_kind(rendered("overlays/gpu"), "Deployment")[stage]["spec"]["template"]["metadata"][
+            "annotations"
+        ]
+        assert annotations == {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": str(STAGE_PORT),
+            "prometheus.io/path": "/metrics",
+        }
