@@ -17,13 +17,18 @@ from typing import TypeVar
 T = TypeVar("T", bound=Hashable)
 
 
+def _ordered(items: Sequence[T]) -> Sequence[T]:
+    if isinstance(items, (set, frozenset)):
+        raise TypeError("pass an ordered sequence, not a set (set order is not reproducible)")
+    return items
+
+
 def random_ranks(items: Sequence[T], rng: random.Random) -> dict[T, float]:
     """A seeded tie-break rank per item, drawn in the order given.
 
     ``items`` must be a sequence: a set's order depends on ``PYTHONHASHSEED``.
     """
-    if isinstance(items, (set, frozenset)):
-        raise TypeError("pass an ordered sequence, not a set (set order is not reproducible)")
+    _ordered(items)
     return {item: rng.random() for item in items}
 
 
@@ -31,7 +36,7 @@ def least_used(
     candidates: Sequence[T], key: Callable[[T], tuple[float, ...]], rng: random.Random, k: int = 1
 ) -> list[T]:
     """The ``k`` candidates with the smallest ``key``; ties broken by a seeded random rank."""
-    items = list(candidates)
+    items = list(_ordered(candidates))
     ranks = random_ranks(items, rng)
     return sorted(items, key=lambda c: (*key(c), ranks[c]))[:k]
 
