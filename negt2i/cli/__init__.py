@@ -22,6 +22,8 @@ COMMANDS: tuple[str, ...] = (
     "negt2i.cli.corpus_cmd",
     "negt2i.cli.report_cmd",
     "negt2i.cli.agreement_cmd",
+    "negt2i.cli.submit_cmd",
+    "negt2i.cli.conformance_cmd",
 )
 
 

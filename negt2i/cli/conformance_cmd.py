@@ -1,0 +1,31 @@
+"""``negt2i conformance {detector,segmenter,attributes,depth} URL``: check a stage service against the contract."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from negt2i.stages.registry import STAGES
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "conformance",
+        help="check that a running stage service honours the stage contract (docs/stage-contract.md)",
+        description="Run the stage contract's checks against the service at URL; exit 0 only if all pass.",
+    )
+    p.add_argument("stage", choices=STAGES)
+    p.add_argument("url", help="the service's base URL, e.g. http://127.0.0.1:3001")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call (default 30)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from negt2i.conformance import format_report, run_checks
+
+    checks = run_checks(args.stage, args.url, timeout=args.timeout)
+    print(format_report(args.stage, args.url, checks))
+    if not any(c.passed for c in checks[:3]):
+        print(f"error: nothing answered at {args.url}", file=sys.stderr)
+    return 0 if all(c.passed for c in checks) else 1

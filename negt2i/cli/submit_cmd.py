@@ -1,0 +1,85 @@
+"""``negt2i submit IMAGES --orchestrator HOST:PORT --out results.jsonl``: judge through the gRPC orchestrator."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        index, count = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N, got {text!r}") from None
+    if not 0 <= index < count:
+        raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= I < N")
+    return index, count
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "submit",
+        help="stream a folder of generated images to the orchestrator and write negt2i evaluate's results file",
+        description=(
+            "Stream every image of IMAGES (GenEval layout or JSONL manifest, as for negt2i evaluate) to the "
+            "orchestrator's EvaluateStream and append one JSON line per image to --out, in job order. Re-running "
+            "resumes; items that failed transiently (a stage unavailable, a deadline, a full queue) get no line, "
+            "so a rerun judges exactly those."
+        ),
+    )
+    p.add_argument("images", help="GenEval-layout folder or JSONL manifest")
+    p.add_argument(
+        "--orchestrator",
+        default=os.environ.get("NEGT2I_ORCHESTRATOR", "127.0.0.1:50051"),
+        help="orchestrator HOST:PORT [NEGT2I_ORCHESTRATOR, default 127.0.0.1:50051]",
+    )
+    p.add_argument("--out", required=True, help="results JSONL (appended to; resumed when it exists)")
+    p.add_argument("--prompts", default=None, help="prompt corpus JSONL resolving a manifest's prompt_id")
+    p.add_argument("--shard", type=_shard, default=None, help="only jobs i with i %% N == I (e.g. 0/4)")
+    p.add_argument("--limit", type=int, default=None, help="submit only the first N images (in job order)")
+    p.add_argument("--timeout", type=float, default=None, help="deadline of the whole stream in seconds")
+    p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the orchestrator to be SERVING")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from negt2i.client import ClientError, EvaluatorClient, select_shard, submit
+    from negt2i.evaluate import EvaluateError, discover
+    from negt2i.spec import SpecError
+
+    try:
+        jobs = select_shard(discover(args.images, args.prompts), args.shard)
+    except (EvaluateError, SpecError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not jobs:
+        print(f"error: {args.images}: no images found", file=sys.stderr)
+        return 2
+    with EvaluatorClient(args.orchestrator) as client:
+        if not client.wait_ready(args.wait):
+            print(
+                f"error: the orchestrator at {args.orchestrator} is not SERVING after {args.wait:.0f} s",
+                file=sys.stderr,
+            )
+            return 3
+        try:
+            outcome = submit(
+                jobs, args.out, args.orchestrator, limit=args.limit, timeout=args.timeout,
+                progress=not args.no_progress, client=client,
+            )  # fmt: skip
+        except (ClientError, EvaluateError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    print(outcome.summary.text())
+    if outcome.stream_error:
+        print(f"error: the stream ended early: {outcome.stream_error}", file=sys.stderr)
+    if outcome.retry:
+        print(
+            f"{len(outcome.retry)} images were not judged (transient errors); run the same command again",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

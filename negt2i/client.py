@@ -1,0 +1,414 @@
+"""Generators' side: a small client of the orchestrator (sync and async) and ``negt2i submit``.
+
+::
+
+    from negt2i.client import EvaluatorClient
+
+    with EvaluatorClient("127.0.0.1:50051") as client:
+        client.wait_ready(30)
+        result = client.evaluate(png_bytes, prompt=prompt)      # or prompt_id="color-pos0_neg1-000"
+        print(result.verdict.correct, result.verdict.reason)
+
+``AsyncEvaluatorClient`` has the same methods as coroutines, for generation
+loops that run on asyncio. ``submit`` streams a GenEval-layout folder (or a
+manifest) through ``EvaluateStream`` and writes the same results file as
+``negt2i evaluate`` (``negt2i.results``), in job order, resumable: items that
+failed for a transient reason (a stage UNAVAILABLE, DEADLINE_EXCEEDED,
+RESOURCE_EXHAUSTED) get no line at all, so a rerun judges exactly those.
+
+grpc is imported lazily (``negt2i`` itself never imports it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from negt2i.config import RuleConfig
+from negt2i.spec import Prompt
+from negt2i.verdict import Verdict
+
+if TYPE_CHECKING:
+    from negt2i.evaluate import Job, Summary
+    from negt2i.wire.v1 import common_pb2, evaluator_pb2
+
+HEALTH_SERVICE: Final = "negt2i.v1.Evaluator"
+DEFAULT_MAX_MESSAGE_BYTES: Final = 32 * 1024 * 1024
+TRANSIENT: Final[frozenset[str]] = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED"})
+"""Status codes after which an item is retried by the next run rather than written as an error line."""
+
+
+class ClientError(RuntimeError):
+    """A call failed: ``code`` is the gRPC status name (``INVALID_ARGUMENT``, ``UNAVAILABLE``, ...)."""
+
+    def __init__(self, code: str, details: str) -> None:
+        self.code = code
+        self.details = details
+        super().__init__(f"{code}: {details}")
+
+
+@dataclass(frozen=True)
+class EvaluateResult:
+    """A verdict and the stage services (with their models) that produced it."""
+
+    request_id: str
+    verdict: Verdict
+    stages: tuple[common_pb2.StageService, ...]
+
+    @classmethod
+    def from_proto(cls, msg: evaluator_pb2.EvaluateResponse) -> EvaluateResult:
+        from negt2i.wire import adapter
+
+        return cls(msg.request_id, adapter.verdict_from_proto(msg.verdict), tuple(msg.stages))
+
+
+def make_request(
+    image: bytes, *, prompt: Prompt | None = None, prompt_id: str | None = None, request_id: str = ""
+) -> evaluator_pb2.EvaluateRequest:
+    """An ``EvaluateRequest``: encoded image bytes and inline metadata or a corpus prompt id."""
+    from negt2i.wire import adapter
+    from negt2i.wire.v1 import evaluator_pb2
+
+    if (prompt is None) == (prompt_id is None):
+        raise ValueError("give exactly one of prompt and prompt_id")
+    req = evaluator_pb2.EvaluateRequest(request_id=request_id or uuid.uuid4().hex, image=adapter.image_to_proto(image))
+    if prompt is not None:
+        req.prompt.CopyFrom(adapter.prompt_to_proto(prompt))
+    else:
+        req.prompt_id = str(prompt_id)
+    return req
+
+
+def _options(max_message_bytes: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+def _error(exc: Exception) -> ClientError:
+    code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return ClientError(str(code), str(details or ""))
+
+
+class EvaluatorClient:
+    """Blocking client of ``negt2i.v1.Evaluator``."""
+
+    def __init__(
+        self, target: str, *, timeout: float | None = 300.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ):
+        import grpc
+
+        from negt2i.wire.v1 import evaluator_pb2_grpc
+
+        self.target = target
+        self.timeout = timeout
+        self.channel = grpc.insecure_channel(target, options=_options(max_message_bytes))
+        self.stub = evaluator_pb2_grpc.EvaluatorStub(self.channel)
+
+    def __enter__(self) -> EvaluatorClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel."""
+        self.channel.close()
+
+    def health(self, service: str = HEALTH_SERVICE, timeout: float = 5.0) -> str:
+        """The health status name (``SERVING``, ``NOT_SERVING``, ...)."""
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        stub = health_pb2_grpc.HealthStub(self.channel)
+        resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))
+
+    def wait_ready(self, timeout: float = 60.0, interval: float = 0.25) -> bool:
+        """Poll the health service until SERVING (True) or ``timeout`` seconds passed (False)."""
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                if self.health(timeout=min(5.0, max(end - time.monotonic(), 0.1))) == "SERVING":
+                    return True
+            except Exception:  # not up yet
+                pass
+            time.sleep(interval)
+        return False
+
+    def info(self) -> evaluator_pb2.ServiceInfo:
+        """Versions of the orchestrator and of every stage model."""
+        from negt2i.wire.v1 import evaluator_pb2
+
+        try:
+            return self.stub.GetServiceInfo(evaluator_pb2.GetServiceInfoRequest(), timeout=30)  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise _error(exc) from None
+
+    def evaluate(
+        self,
+        image: bytes,
+        *,
+        prompt: Prompt | None = None,
+        prompt_id: str | None = None,
+        request_id: str = "",
+        timeout: float | None = None,
+    ) -> EvaluateResult:
+        """Judge one image; raises ``ClientError`` with the status code."""
+        req = make_request(image, prompt=prompt, prompt_id=prompt_id, request_id=request_id)
+        try:
+            resp = self.stub.Evaluate(req, timeout=timeout or self.timeout)
+        except Exception as exc:
+            raise _error(exc) from None
+        return EvaluateResult.from_proto(resp)
+
+    def stream(
+        self, requests: Iterable[evaluator_pb2.EvaluateRequest], *, timeout: float | None = None
+    ) -> Iterator[evaluator_pb2.EvaluateStreamResponse]:
+        """``EvaluateStream``: responses as they complete (per-item errors inside them)."""
+        try:
+            yield from self.stub.EvaluateStream(iter(requests), timeout=timeout)
+        except Exception as exc:
+            raise _error(exc) from None
+
+
+class AsyncEvaluatorClient:
+    """asyncio client of ``negt2i.v1.Evaluator`` (same methods as ``EvaluatorClient``, awaited)."""
+
+    def __init__(
+        self, target: str, *, timeout: float | None = 300.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    ):
+        import grpc
+
+        from negt2i.wire.v1 import evaluator_pb2_grpc
+
+        self.target = target
+        self.timeout = timeout
+        self.channel = grpc.aio.insecure_channel(target, options=_options(max_message_bytes))
+        self.stub = evaluator_pb2_grpc.EvaluatorStub(self.channel)
+
+    async def __aenter__(self) -> AsyncEvaluatorClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self.channel.close()
+
+    async def info(self) -> evaluator_pb2.ServiceInfo:
+        """Versions of the orchestrator and of every stage model."""
+        from negt2i.wire.v1 import evaluator_pb2
+
+        try:
+            return await self.stub.GetServiceInfo(evaluator_pb2.GetServiceInfoRequest(), timeout=30)  # type: ignore[no-any-return]
+        except Exception as exc:
+            raise _error(exc) from None
+
+    async def evaluate(
+        self,
+        image: bytes,
+        *,
+        prompt: Prompt | None = None,
+        prompt_id: str | None = None,
+        request_id: str = "",
+        timeout: float | None = None,
+    ) -> EvaluateResult:
+        """Judge one image; raises ``ClientError`` with the status code."""
+        req = make_request(image, prompt=prompt, prompt_id=prompt_id, request_id=request_id)
+        try:
+            resp = await self.stub.Evaluate(req, timeout=timeout or self.timeout)
+        except Exception as exc:
+            raise _error(exc) from None
+        return EvaluateResult.from_proto(resp)
+
+    async def stream(
+        self, requests: AsyncIterator[evaluator_pb2.EvaluateRequest] | Iterable[evaluator_pb2.EvaluateRequest]
+    ) -> AsyncIterator[evaluator_pb2.EvaluateStreamResponse]:
+        """``EvaluateStream``: responses as they complete."""
+        call = self.stub.EvaluateStream(requests)
+        try:
+            async for resp in call:
+                yield resp
+        except Exception as exc:
+            raise _error(exc) from None
+
+
+# --------------------------------------------------------------------------- negt2i submit
+
+
+@dataclass
+class SubmitOutcome:
+    """What ``submit`` did: the evaluate-style summary plus the items left for a rerun."""
+
+    summary: Summary
+    retry: list[str] = field(default_factory=list)
+    """Filenames that failed transiently (no line written; a rerun judges them)."""
+    stream_error: str | None = None
+    """Why the stream itself ended early, if it did."""
+
+
+def _record_of(
+    resp: evaluator_pb2.EvaluateStreamResponse,
+    job: Job,
+    *,
+    config: RuleConfig,
+    models: dict[str, Any],
+    services: dict[str, str],
+    outcome: SubmitOutcome,
+) -> dict[str, Any] | None:
+    """The results line of one stream response (None: transient failure, no line)."""
+    from negt2i.evaluate import _error_line
+    from negt2i.results import ok_record
+    from negt2i.wire import adapter
+
+    if resp.HasField("result"):
+        verdict = adapter.verdict_from_proto(resp.result.verdict)
+        record = ok_record(verdict, filename=job.filename, sample=job.sample, models=models)
+        record["services"] = adapter.services_record(list(resp.result.stages)) or services
+        return record
+    err = resp.error
+    code = _code_name(err.code)
+    if code in TRANSIENT:
+        outcome.retry.append(job.filename)
+        print(f"warning: {job.filename}: {code}: {err.message} (left for a rerun)", file=sys.stderr)
+        return None
+    kind = "stage_error"
+    if err.field.startswith("prompt"):
+        kind = "invalid_metadata"
+    elif err.field.startswith("image"):
+        kind = "unreadable_image"
+    return _error_line(job, f"{kind}: {code}: {err.message}", config, models)
+
+
+def _rules_from_info(info: evaluator_pb2.ServiceInfo) -> RuleConfig:
+    record = json.loads(info.rules_json) if info.rules_json else {}
+    record.pop("digest", None)
+    config = RuleConfig.model_validate(record)
+    if info.rules_digest and config.digest() != info.rules_digest:
+        raise ClientError("INTERNAL", f"rule config digest mismatch ({config.digest()} != {info.rules_digest})")
+    return config
+
+
+def select_shard(jobs: Sequence[Job], shard: tuple[int, int] | None) -> list[Job]:
+    """Jobs ``i`` with ``i % N == I`` for shard ``(I, N)``."""
+    if shard is None:
+        return list(jobs)
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: need 0 <= I < N")
+    return [job for i, job in enumerate(jobs) if i % count == index]
+
+
+def submit(
+    jobs: Sequence[Job],
+    out: str | Path,
+    target: str,
+    *,
+    limit: int | None = None,
+    timeout: float | None = None,
+    progress: bool = True,
+    client: EvaluatorClient | None = None,
+) -> SubmitOutcome:
+    """Stream ``jobs`` (the first ``limit``) to the orchestrator at ``target`` and write ``out`` like
+    ``negt2i evaluate`` (see the module docstring)."""
+    from negt2i.evaluate import Summary, _error_line, load_image, resume_state
+    from negt2i.results import write_line
+    from negt2i.wire import adapter
+
+    own = client is None
+    cl = client or EvaluatorClient(target)
+    try:
+        info = cl.info()
+        config = _rules_from_info(info)
+        models = adapter.models_record(list(info.stages))
+        services = adapter.services_record(list(info.stages))
+        selected = list(jobs[:limit] if limit is not None else jobs)
+        out_path = Path(out)
+        done = resume_state(out_path, config, models)
+        todo = [job for job in selected if job.filename not in done]
+        summary = Summary(total=len(selected), skipped=len(selected) - len(todo))
+        outcome = SubmitOutcome(summary)
+        if out_path.parent != Path():
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+        pending: dict[int, dict[str, Any] | None] = {}
+        local: dict[int, str] = {}
+
+        def requests() -> Iterator[evaluator_pb2.EvaluateRequest]:
+            for i, job in enumerate(todo):
+                if job.error is not None or job.prompt is None:
+                    local[i] = job.error or "missing_metadata: no prompt"
+                    continue
+                try:
+                    load_image(job.path)  # the same check (and message) as negt2i evaluate
+                    data = job.path.read_bytes()
+                except (ValueError, OSError) as exc:
+                    local[i] = f"unreadable_image: {job.filename}: {exc}"
+                    continue
+                yield make_request(data, prompt=job.prompt, request_id=str(i))
+
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="submit")
+        next_index = 0
+        with out_path.open("a", encoding="utf-8") as fh:
+
+            def flush() -> None:
+                nonlocal next_index
+                while next_index < len(todo):
+                    if next_index in local:
+                        record: dict[str, Any] | None = _error_line(
+                            todo[next_index], local.pop(next_index), config, models
+                        )
+                    elif next_index in pending:
+                        record = pending.pop(next_index)
+                    else:
+                        return
+                    if record is not None:
+                        if record["status"] == "error":
+                            summary.errors[str(record["error"]).split(":", 1)[0]] += 1
+                        else:
+                            summary.correct += int(record["correct"])
+                        write_line(fh, record)
+                        summary.evaluated += 1
+                    next_index += 1
+                    bar.update(1)
+
+            try:
+                for resp in cl.stream(requests(), timeout=timeout):
+                    i = int(resp.request_id)
+                    pending[i] = _record_of(
+                        resp, todo[i], config=config, models=models, services=services, outcome=outcome
+                    )
+                    flush()
+            except ClientError as exc:
+                outcome.stream_error = str(exc)
+            # items the stream never answered (it ended early) get no line: left for a rerun
+            for i in range(next_index, len(todo)):
+                if i not in pending and i not in local:
+                    pending[i] = None
+                    outcome.retry.append(todo[i].filename)
+            flush()
+        bar.close()
+        return outcome
+    finally:
+        if own:
+            cl.close()
+
+
+def _code_name(code: int) -> str:
+    import grpc
+
+    for status in grpc.StatusCode:
+        if status.value[0] == code:
+            return str(status.name)
+    return f"CODE_{code}"

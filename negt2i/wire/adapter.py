@@ -1,0 +1,552 @@
+"""The one place that converts between protobuf messages (``negt2i.v1``) and core types.
+
+Everything that crosses a process boundary goes through here: prompts and
+verdicts (the orchestrator's public API), detections, refined masks, attribute
+scores and disparity maps (the stage contract), model infos and images.
+Conversions are exact where the core is exact: scores and boxes are float32 on
+both sides, masks are COCO RLE (lossless), verdict details that are free-form
+JSON in the core (measurements, the rule config record) travel as JSON text.
+Disparity travels as float16 (the default, half the bytes) or float32
+(bit-exact); see ``docs/stage-contract.md``.
+
+Errors in what a peer sent raise ``WireError`` naming the field, which the
+services turn into HTTP 400 and the orchestrator into ``INVALID_ARGUMENT``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import numpy as np
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from numpy.typing import NDArray
+
+from negt2i import rle
+from negt2i.perception import BoolMask, Detections
+from negt2i.spec import AttributeStatement, Polarity, Prompt, SpecError, parse_prompt
+from negt2i.stages.base import Image, ModelInfo
+from negt2i.verdict import Verdict
+from negt2i.vocab import Category
+from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
+
+CONTRACT: Final = "negt2i.v1"
+"""Version of the public API and of the stage contract."""
+
+DEFAULT_MAX_PIXELS: Final = 4096 * 4096
+"""Largest image (H x W) accepted by default (larger files are refused before decoding)."""
+
+M = TypeVar("M", bound=Message)
+
+
+class WireError(ValueError):
+    """A message is malformed or fails validation; ``field`` names the offending field."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        self.message = message
+        self.field = field
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+# --------------------------------------------------------------------------- JSON transport
+
+
+def to_json(message: Message) -> dict[str, Any]:
+    """The proto3 JSON mapping of a message, field names as written in the ``.proto`` files."""
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def from_json(data: Any, cls: type[M], *, field: str = "") -> M:
+    """Parse the proto3 JSON mapping into ``cls``; unknown fields and bad types raise ``WireError``."""
+    if not isinstance(data, Mapping):
+        raise WireError(
+            f"expected a JSON object for {cls.DESCRIPTOR.full_name}, got {type(data).__name__}", field=field
+        )
+    try:
+        return json_format.ParseDict(dict(data), cls())
+    except json_format.ParseError as exc:
+        raise WireError(str(exc), field=field) from None
+
+
+class StageItemError(WireError):
+    """A stage reported that one item failed: ``status`` 400 (its inputs) or 500 (the model)."""
+
+    def __init__(self, message: str, *, status: int, field: str = "") -> None:
+        self.status = status
+        super().__init__(message, field=field)
+
+
+def check_item(msg: Message, where: str) -> None:
+    """Raise ``StageItemError`` if a stage result carries an ``error``."""
+    if msg.HasField("error"):  # type: ignore[attr-defined,unused-ignore]
+        err = msg.error  # type: ignore[attr-defined]
+        raise StageItemError(err.message, status=int(err.status) or 500, field=err.field or where)
+
+
+def item_failure(exc: BaseException) -> stages_pb2.ItemFailure:
+    """The ``ItemFailure`` for an exception raised while handling one item (``WireError`` = 400)."""
+    if isinstance(exc, WireError):
+        return stages_pb2.ItemFailure(status=400, message=exc.message, field=exc.field)
+    return stages_pb2.ItemFailure(status=500, message=f"{type(exc).__name__}: {exc}")
+
+
+# --------------------------------------------------------------------------- images
+
+
+def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, field: str = "image") -> Image:
+    """Decode encoded image bytes to RGB ``uint8`` (H, W, 3), exactly as files are read from disk.
+
+    Raises ``WireError`` for empty, truncated, non-image or oversized inputs.
+    """
+    from PIL import Image as PILImage
+    from PIL import UnidentifiedImageError
+
+    if not data:
+        raise WireError("empty image", field=field)
+    try:
+        with PILImage.open(io.BytesIO(data)) as img:
+            w, h = img.size
+            if w * h > max_pixels:
+                raise WireError(f"image is {w} x {h} = {w * h} pixels, above the limit of {max_pixels}", field=field)
+            img.load()
+            rgb = img.convert("RGB")
+    except WireError:
+        raise
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise WireError(f"not a decodable image ({exc})", field=field) from None
+    array = np.asarray(rgb, dtype=np.uint8)
+    if array.ndim != 3 or array.shape[0] == 0 or array.shape[1] == 0:
+        raise WireError(f"image decodes to shape {array.shape}", field=field)
+    return array
+
+
+def encode_png(image: Image) -> bytes:
+    """Lossless PNG bytes of an RGB ``uint8`` image."""
+    from PIL import Image as PILImage
+
+    buf = io.BytesIO()
+    PILImage.fromarray(np.asarray(image, dtype=np.uint8)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def image_to_proto(data: bytes, media_type: str = "") -> common_pb2.Image:
+    """An ``Image`` message carrying already encoded bytes (never re-encoded)."""
+    return common_pb2.Image(data=data, media_type=media_type)
+
+
+# --------------------------------------------------------------------------- masks, boxes, model info
+
+
+def mask_to_proto(mask: BoolMask) -> common_pb2.Mask:
+    """A (H, W) bool mask as compressed COCO RLE."""
+    record = rle.encode(np.asarray(mask, dtype=bool))
+    counts = record["counts"]
+    assert isinstance(counts, str)  # encode() compresses by default
+    return common_pb2.Mask(height=record["size"][0], width=record["size"][1], counts=counts)
+
+
+def mask_from_proto(msg: common_pb2.Mask, shape_hw: tuple[int, int] | None = None, *, field: str = "mask") -> BoolMask:
+    """Decode a ``Mask``; with ``shape_hw`` the size must match."""
+    if shape_hw is not None and (msg.height, msg.width) != tuple(shape_hw):
+        raise WireError(f"mask is {msg.height} x {msg.width}, expected {shape_hw[0]} x {shape_hw[1]}", field=field)
+    try:
+        return rle.decode({"size": [msg.height, msg.width], "counts": msg.counts})
+    except ValueError as exc:
+        raise WireError(f"bad RLE ({exc})", field=field) from None
+
+
+def masks_from_proto(msgs: Sequence[common_pb2.Mask], shape_hw: tuple[int, int], *, field: str) -> BoolMask:
+    """A stack (K, H, W) of masks."""
+    out = np.zeros((len(msgs), *shape_hw), dtype=bool)
+    for k, msg in enumerate(msgs):
+        out[k] = mask_from_proto(msg, shape_hw, field=f"{field}[{k}]")
+    return out
+
+
+def box_to_proto(xyxy: Sequence[float] | NDArray[np.float32]) -> common_pb2.Box:
+    """An ``xyxy`` box."""
+    x0, y0, x1, y1 = (float(v) for v in xyxy)
+    return common_pb2.Box(x0=x0, y0=y0, x1=x1, y1=y1)
+
+
+def boxes_from_proto(msgs: Sequence[common_pb2.Box]) -> NDArray[np.float32]:
+    """Boxes (K, 4) float32."""
+    return np.array([[b.x0, b.y0, b.x1, b.y1] for b in msgs], dtype=np.float32).reshape(-1, 4)
+
+
+def model_info_to_proto(info: ModelInfo) -> common_pb2.ModelInfo:
+    """A stage's ``ModelInfo``."""
+    return common_pb2.ModelInfo(**info.model_dump())
+
+
+def model_info_from_proto(msg: common_pb2.ModelInfo) -> ModelInfo:
+    """Back to the core ``ModelInfo``."""
+    fields = ModelInfo.model_fields
+    return ModelInfo(**{name: getattr(msg, name) for name in fields})
+
+
+# --------------------------------------------------------------------------- detector
+
+
+def detections_to_proto(det: Detections) -> stages_pb2.DetectResult:
+    """A detector's output for one image."""
+    h, w = det.shape_hw
+    out = stages_pb2.DetectResult(height=h, width=w)
+    for i, name in enumerate(det.class_names):
+        out.detections.append(
+            stages_pb2.Detection(
+                class_name=name,
+                score=float(det.scores[i]),
+                box=box_to_proto(det.xyxy[i]),
+                mask=mask_to_proto(det.masks[i]),
+            )
+        )
+    return out
+
+
+def detections_from_proto(msg: stages_pb2.DetectResult, *, field: str = "result") -> Detections:
+    """Validated ``Detections`` (shape errors raise ``WireError``)."""
+    check_item(msg, field)
+    hw = (int(msg.height), int(msg.width))
+    if hw[0] <= 0 or hw[1] <= 0:
+        raise WireError(f"image size {hw} must be positive", field=field)
+    n = len(msg.detections)
+    try:
+        return Detections(
+            tuple(d.class_name for d in msg.detections),
+            np.array([d.score for d in msg.detections], dtype=np.float32),
+            boxes_from_proto([d.box for d in msg.detections]),
+            masks_from_proto([d.mask for d in msg.detections], hw, field=f"{field}.detections")
+            if n
+            else np.zeros((0, *hw), dtype=bool),
+            hw,
+        )
+    except WireError:
+        raise
+    except ValueError as exc:
+        raise WireError(str(exc), field=field) from None
+
+
+# --------------------------------------------------------------------------- segmenter / attributes
+
+
+def segment_item(image: bytes, boxes: NDArray[np.float32], reference_masks: BoolMask) -> stages_pb2.SegmentItem:
+    """A segmenter request for one image."""
+    return stages_pb2.SegmentItem(
+        image=image_to_proto(image),
+        boxes=[box_to_proto(b) for b in boxes],
+        reference_masks=[mask_to_proto(m) for m in reference_masks],
+    )
+
+
+def masks_to_segment_result(masks: BoolMask) -> stages_pb2.SegmentResult:
+    """A segmenter's refined masks (K, H, W)."""
+    return stages_pb2.SegmentResult(masks=[mask_to_proto(m) for m in masks])
+
+
+def segment_result_masks(msg: stages_pb2.SegmentResult, k: int, shape_hw: tuple[int, int]) -> BoolMask:
+    """The refined masks (K, H, W) of a result that must hold exactly ``k`` masks."""
+    check_item(msg, "segment")
+    if len(msg.masks) != k:
+        raise WireError(f"{len(msg.masks)} masks for {k} boxes", field="segment.masks")
+    return masks_from_proto(list(msg.masks), shape_hw, field="segment.masks")
+
+
+def attributes_item(
+    image: bytes, masks: BoolMask, class_names: Sequence[str], answers: Sequence[str]
+) -> stages_pb2.AttributesItem:
+    """An attribute-scorer request for one image."""
+    return stages_pb2.AttributesItem(
+        image=image_to_proto(image),
+        masks=[mask_to_proto(m) for m in masks],
+        class_names=list(class_names),
+        answers=list(answers),
+    )
+
+
+def scores_to_attributes_result(scores: NDArray[np.float32]) -> stages_pb2.AttributesResult:
+    """Scores (K, A) as one row per instance."""
+    rows = np.asarray(scores, dtype=np.float32)
+    return stages_pb2.AttributesResult(
+        instances=[stages_pb2.InstanceScores(scores=[float(v) for v in row]) for row in rows]
+    )
+
+
+def attributes_result_scores(msg: stages_pb2.AttributesResult, k: int, n_answers: int) -> NDArray[np.float32]:
+    """Scores (K, A) float32 of a result that must be ``k`` x ``n_answers``."""
+    check_item(msg, "attributes")
+    if len(msg.instances) != k or any(len(row.scores) != n_answers for row in msg.instances):
+        raise WireError(f"expected {k} rows of {n_answers} scores", field="attributes.instances")
+    return np.array([list(row.scores) for row in msg.instances], dtype=np.float32).reshape(k, n_answers)
+
+
+# --------------------------------------------------------------------------- depth
+
+_DTYPES: Final[dict[int, np.dtype[Any]]] = {
+    common_pb2.DEPTH_ENCODING_FLOAT16: np.dtype("<f2"),
+    common_pb2.DEPTH_ENCODING_FLOAT32: np.dtype("<f4"),
+}
+
+
+def depth_to_proto(
+    disparity: NDArray[np.float32], encoding: int = common_pb2.DEPTH_ENCODING_FLOAT16
+) -> stages_pb2.DepthMap:
+    """Pack an (H, W) disparity map (float16 unless FLOAT32 is asked for)."""
+    if encoding == common_pb2.DEPTH_ENCODING_UNSPECIFIED:
+        encoding = common_pb2.DEPTH_ENCODING_FLOAT16
+    arr = np.asarray(disparity, dtype=np.float32)
+    if arr.ndim != 2:
+        raise WireError(f"disparity must be (H, W), got shape {arr.shape}", field="disparity")
+    packed = arr.astype(_DTYPES[encoding]).tobytes(order="C")
+    return stages_pb2.DepthMap(height=arr.shape[0], width=arr.shape[1], encoding=encoding, data=packed)  # type: ignore[arg-type]
+
+
+def depth_from_proto(msg: stages_pb2.DepthMap, shape_hw: tuple[int, int] | None = None) -> NDArray[np.float32]:
+    """Unpack a disparity map to float32 (H, W); with ``shape_hw`` the size must match."""
+    encoding = msg.encoding or common_pb2.DEPTH_ENCODING_FLOAT16
+    dtype = _DTYPES.get(encoding)
+    if dtype is None:
+        raise WireError(f"unknown depth encoding {msg.encoding}", field="disparity.encoding")
+    h, w = int(msg.height), int(msg.width)
+    if shape_hw is not None and (h, w) != tuple(shape_hw):
+        raise WireError(f"disparity is {h} x {w}, expected {shape_hw[0]} x {shape_hw[1]}", field="disparity")
+    if len(msg.data) != h * w * dtype.itemsize:
+        raise WireError(f"{len(msg.data)} bytes for {h} x {w} {dtype.name} values", field="disparity.data")
+    return np.frombuffer(msg.data, dtype=dtype).reshape(h, w).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- prompts
+
+_CATEGORY_TO: Final[dict[Category | None, int]] = {
+    None: evaluator_pb2.CATEGORY_UNSPECIFIED,
+    Category.COLOR: evaluator_pb2.CATEGORY_COLOR,
+    Category.MATERIAL: evaluator_pb2.CATEGORY_MATERIAL,
+    Category.DIRECTIONAL: evaluator_pb2.CATEGORY_DIRECTIONAL,
+    Category.PROXIMITY: evaluator_pb2.CATEGORY_PROXIMITY,
+    Category.COMPARATIVE: evaluator_pb2.CATEGORY_COMPARATIVE,
+    Category.DEPTH: evaluator_pb2.CATEGORY_DEPTH,
+}
+_CATEGORY_FROM: Final[dict[int, Category | None]] = {v: k for k, v in _CATEGORY_TO.items()}
+_POLARITY_TO: Final[dict[Polarity, int]] = {
+    Polarity.POSITIVE: evaluator_pb2.POLARITY_POSITIVE,
+    Polarity.NEGATED: evaluator_pb2.POLARITY_NEGATED,
+}
+_POLARITY_FROM: Final[dict[int, Polarity]] = {v: k for k, v in _POLARITY_TO.items()}
+
+
+def prompt_to_proto(prompt: Prompt) -> evaluator_pb2.PromptSpec:
+    """Inline prompt metadata."""
+    msg = evaluator_pb2.PromptSpec(
+        id=prompt.id,
+        prompt=prompt.prompt,
+        category=_CATEGORY_TO[prompt.category],  # type: ignore[arg-type]
+        tag=prompt.tag,
+        objects=[evaluator_pb2.ObjectSpec(class_name=o.class_name, count=o.count) for o in prompt.objects],
+        extra_json=json.dumps(prompt.extra, sort_keys=True, separators=(",", ":")) if prompt.extra else "",
+    )
+    for st in prompt.statements:
+        polarity = _POLARITY_TO[st.polarity]
+        if isinstance(st, AttributeStatement):
+            attr = evaluator_pb2.AttributeStatement(object=st.object, value=st.value)
+            msg.statements.append(evaluator_pb2.Statement(polarity=polarity, attribute=attr))  # type: ignore[arg-type]
+        else:
+            rel = evaluator_pb2.RelationStatement(subject=st.subject, target=st.target, predicate=st.predicate)
+            msg.statements.append(evaluator_pb2.Statement(polarity=polarity, relation=rel))  # type: ignore[arg-type]
+    return msg
+
+
+def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -> Prompt:
+    """A validated ``Prompt``; every metadata problem raises ``WireError`` naming the field."""
+    if msg.category not in _CATEGORY_FROM:
+        raise WireError(f"unknown category value {msg.category}", field=f"{field}.category")
+    category = _CATEGORY_FROM[msg.category]
+    statements: list[dict[str, Any]] = []
+    for k, st in enumerate(msg.statements):
+        where = f"{field}.statements[{k}]"
+        if st.polarity not in _POLARITY_FROM:
+            raise WireError("polarity must be POLARITY_POSITIVE or POLARITY_NEGATED", field=f"{where}.polarity")
+        polarity = _POLARITY_FROM[st.polarity].value
+        kind = st.WhichOneof("kind")
+        if kind == "attribute":
+            a = st.attribute
+            statements.append({"kind": "attribute", "object": a.object, "value": a.value, "polarity": polarity})
+        elif kind == "relation":
+            r = st.relation
+            statements.append(
+                {
+                    "kind": "relation",
+                    "subject": r.subject,
+                    "target": r.target,
+                    "predicate": r.predicate,
+                    "polarity": polarity,
+                }
+            )
+        else:
+            raise WireError("a statement needs an attribute or a relation", field=where)
+    record: dict[str, Any] = {}
+    if msg.extra_json:
+        try:
+            extra = json.loads(msg.extra_json)
+        except json.JSONDecodeError as exc:
+            raise WireError(f"not valid JSON ({exc.msg})", field=f"{field}.extra_json") from None
+        if not isinstance(extra, dict):
+            raise WireError("must be a JSON object", field=f"{field}.extra_json")
+        record.update(extra)
+    record.update(
+        {
+            "id": msg.id,
+            "prompt": msg.prompt,
+            "tag": msg.tag,
+            "include": [{"class": o.class_name, "count": o.count} for o in msg.objects],
+            "statements": statements,
+        }
+    )
+    if category is not None:
+        record["category"] = category.value
+    if not msg.id:
+        raise WireError("a prompt needs an id", field=f"{field}.id")
+    try:
+        return parse_prompt(record)
+    except SpecError as exc:
+        where = exc.field.replace("include", "objects") if exc.field else ""
+        raise WireError(exc.message, field=f"{field}.{where}" if where else field) from None
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def _enum_name(value: Any) -> str:
+    return "" if value is None else str(getattr(value, "value", value))
+
+
+def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
+    """A verdict, exact: ``verdict_from_proto(verdict_to_proto(v)).to_json() == v.to_json()``."""
+    msg = evaluator_pb2.Verdict(
+        prompt_id=verdict.prompt_id,
+        tag=verdict.tag,
+        prompt=verdict.prompt,
+        category=_CATEGORY_TO[verdict.category],  # type: ignore[arg-type]
+        setting=verdict.setting,
+        correct=verdict.correct,
+        reason=verdict.reason,
+        failure_class=evaluator_pb2.RowFailure.Value(f"ROW_FAILURE_{_enum_name(verdict.failure_class).upper()}")
+        if verdict.failure_class is not None
+        else evaluator_pb2.ROW_FAILURE_UNSPECIFIED,
+        config_json=json.dumps(verdict.config, separators=(",", ":")),
+        evaluator_version=verdict.evaluator_version,
+    )
+    for o in verdict.objects:
+        ov = evaluator_pb2.ObjectVerdict(
+            index=o.index,
+            class_name=o.class_name,
+            requested=o.requested,
+            present=o.present,
+            counted=o.counted,
+            kept=o.kept,
+            fallback=o.fallback,
+            over_count=o.over_count,
+            under_count=o.under_count,
+            exempt=o.exempt,
+            detections=o.detections,
+        )
+        if o.top_score is not None:
+            ov.top_score = o.top_score
+        msg.objects.append(ov)
+    for s in verdict.statements:
+        sv = evaluator_pb2.StatementVerdict(
+            index=s.index,
+            kind=s.kind,
+            polarity=_POLARITY_TO[s.polarity],  # type: ignore[arg-type]
+            text=s.text,
+            objects=s.objects,
+            requested=s.requested,
+            evaluated=s.evaluated,
+            passed=s.passed,
+            cause=evaluator_pb2.FailureCause.Value(f"FAILURE_CAUSE_{_enum_name(s.cause).upper()}")
+            if s.cause is not None
+            else evaluator_pb2.FAILURE_CAUSE_UNSPECIFIED,
+            dead_zone=s.dead_zone,
+            measurements_json=json.dumps(s.measurements, separators=(",", ":")),
+        )
+        if s.fired is not None:
+            sv.fired.values.extend(s.fired)
+        msg.statements.append(sv)
+    return msg
+
+
+def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
+    """Back to the core ``Verdict`` (see ``verdict_to_proto``)."""
+    row = evaluator_pb2.RowFailure.Name(msg.failure_class).removeprefix("ROW_FAILURE_").lower()
+    data: dict[str, Any] = {
+        "prompt_id": msg.prompt_id,
+        "tag": msg.tag,
+        "prompt": msg.prompt,
+        "category": _CATEGORY_FROM[msg.category],
+        "setting": msg.setting,
+        "correct": msg.correct,
+        "reason": msg.reason,
+        "failure_class": None if row == "unspecified" else row,
+        "objects": [
+            {
+                "index": o.index,
+                "class_name": o.class_name,
+                "requested": o.requested,
+                "present": o.present,
+                "counted": o.counted,
+                "kept": o.kept,
+                "fallback": o.fallback,
+                "top_score": o.top_score if o.HasField("top_score") else None,
+                "over_count": o.over_count,
+                "under_count": o.under_count,
+                "exempt": o.exempt,
+                "detections": list(o.detections),
+            }
+            for o in msg.objects
+        ],
+        "statements": [],
+        "config": json.loads(msg.config_json) if msg.config_json else {},
+        "evaluator_version": msg.evaluator_version,
+    }
+    for s in msg.statements:
+        cause = evaluator_pb2.FailureCause.Name(s.cause).removeprefix("FAILURE_CAUSE_").lower()
+        data["statements"].append(
+            {
+                "index": s.index,
+                "kind": s.kind,
+                "polarity": _POLARITY_FROM[s.polarity],
+                "text": s.text,
+                "objects": list(s.objects),
+                "requested": s.requested,
+                "evaluated": s.evaluated,
+                "fired": list(s.fired.values) if s.HasField("fired") else None,
+                "passed": s.passed,
+                "cause": None if cause == "unspecified" else cause,
+                "dead_zone": s.dead_zone,
+                "measurements": json.loads(s.measurements_json) if s.measurements_json else {},
+            }
+        )
+    return Verdict.model_validate(data)
+
+
+def stage_service_to_proto(stage: str, url: str, info: ModelInfo, contract: str = CONTRACT) -> common_pb2.StageService:
+    """One stage service a verdict depended on."""
+    return common_pb2.StageService(stage=stage, url=url, model=model_info_to_proto(info), contract=contract)
+
+
+def models_record(stages: Sequence[common_pb2.StageService]) -> dict[str, Any]:
+    """The results file's ``models`` field: stage -> ``ModelInfo`` JSON (as ``negt2i evaluate`` writes it)."""
+    return {s.stage: model_info_from_proto(s.model).model_dump(mode="json") for s in stages}
+
+
+def services_record(stages: Sequence[common_pb2.StageService]) -> dict[str, str]:
+    """The results file's ``services`` field (submit only): stage -> the service URL that ran it."""
+    return {s.stage: s.url for s in stages}
+
+
+def depth_result_map(msg: stages_pb2.DepthResult, shape_hw: tuple[int, int]) -> NDArray[np.float32]:
+    """The float32 disparity (H, W) of a depth result for an image of ``shape_hw``."""
+    check_item(msg, "depth")
+    return depth_from_proto(msg.disparity, shape_hw)

@@ -1,0 +1,254 @@
+"""Transport-free handlers of the stage contract: JSON items in, JSON results out.
+
+A BentoML service (``services/<stage>/service.py``) is a thin shell over one of
+these: it owns the HTTP side (routes, adaptive batching, readiness, metrics),
+the handler owns the contract (``docs/stage-contract.md``): parsing each item
+with the proto3 JSON mapping, decoding images, calling the stage backend once
+per merged batch, and packing results. One bad item never fails its batch: it
+gets a result whose ``error`` says why (status 400 for its inputs, 500 when the
+model failed on it), and the batch is retried item by item when the backend
+raises on the whole batch.
+
+No BentoML, torch or grpc import here; backends come from the stage registry.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+from google.protobuf.message import Message
+
+from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
+from negt2i.wire import adapter
+from negt2i.wire.v1 import common_pb2, stages_pb2
+
+ROUTES: Final[dict[str, str]] = {
+    "detector": "detect",
+    "segmenter": "segment",
+    "attributes": "attributes",
+    "depth": "depth",
+}
+"""The POST route (``/<route>``) of each stage."""
+
+DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
+"""Largest request body a stage service accepts by default (HTTP 413 above)."""
+
+DEFAULT_MAX_BATCH_SIZE: Final = 16
+"""Most items a stage runs through its model at once by default."""
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What a stage service runs, from the environment (``docs/architecture.md``)."""
+
+    stage: str
+    backend: str
+    device: str
+    weights_dir: str | None
+    max_pixels: int
+    max_request_bytes: int
+    max_batch_size: int
+
+    @classmethod
+    def from_env(cls, stage: str, env: dict[str, str] | None = None) -> StageSettings:
+        """``NEGT2I_<STAGE>_BACKEND``, ``NEGT2I_DEVICE``, ``NEGT2I_WEIGHTS_DIR``, ``NEGT2I_MAX_PIXELS``,
+        ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE``."""
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+        e = dict(os.environ if env is None else env)
+        return cls(
+            stage=stage,
+            backend=e.get(f"NEGT2I_{stage.upper()}_BACKEND") or DEFAULT_BACKENDS[stage],
+            device=e.get("NEGT2I_DEVICE", "auto"),
+            weights_dir=e.get("NEGT2I_WEIGHTS_DIR") or None,
+            max_pixels=int(e.get("NEGT2I_MAX_PIXELS", adapter.DEFAULT_MAX_PIXELS)),
+            max_request_bytes=int(e.get("NEGT2I_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES)),
+            max_batch_size=int(e.get("NEGT2I_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE)),
+        )
+
+
+def _create_backend(settings: StageSettings) -> Any:
+    options: dict[str, Any] = {"device": settings.device}
+    if settings.weights_dir:
+        options["weights_dir"] = settings.weights_dir
+    return create(settings.stage, settings.backend, **options)
+
+
+class StageHandler:
+    """Loads one stage backend and answers its contract's items."""
+
+    def __init__(self, settings: StageSettings, backend: Any | None = None) -> None:
+        self.settings = settings
+        self.stage = settings.stage
+        self.route = ROUTES[settings.stage]
+        self.backend = backend if backend is not None else _create_backend(settings)
+        self.ready = False
+
+    @property
+    def model_info(self) -> ModelInfo:
+        """The backend's ``ModelInfo``."""
+        info: ModelInfo = self.backend.info
+        return info
+
+    def warm_up(self) -> None:
+        """Run one tiny item through the backend, then mark the handler ready."""
+        from negt2i.perception import mask_to_xyxy
+
+        image = np.full((32, 32, 3), 250, dtype=np.uint8)
+        png = adapter.encode_png(image)
+        mask = np.zeros((32, 32), dtype=bool)
+        mask[8:24, 8:24] = True
+        item: Message
+        if self.stage == "detector":
+            item = stages_pb2.DetectItem(image=adapter.image_to_proto(png))
+        elif self.stage == "segmenter":
+            item = adapter.segment_item(png, np.array([mask_to_xyxy(mask)], np.float32), mask[None])
+        elif self.stage == "attributes":
+            item = adapter.attributes_item(png, mask[None], ["cup"], ["red", "gray"])
+        else:
+            item = stages_pb2.DepthItem(image=adapter.image_to_proto(png))
+        result = self.handle([adapter.to_json(item)])[0]
+        if "error" in result and result["error"].get("status") == 500:
+            raise RuntimeError(f"{self.stage} backend failed its warm-up: {result['error'].get('message')}")
+        self.ready = True
+
+    def info(self) -> stages_pb2.StageInfo:
+        """What ``GET /info`` answers."""
+        return stages_pb2.StageInfo(
+            contract=adapter.CONTRACT,
+            model=adapter.model_info_to_proto(self.model_info),
+            limits=stages_pb2.StageLimits(
+                max_request_bytes=self.settings.max_request_bytes,
+                max_batch_size=self.settings.max_batch_size,
+                max_pixels=self.settings.max_pixels,
+            ),
+            ready=self.ready,
+        )
+
+    # ------------------------------------------------------------------ dispatch
+
+    def handle(self, items: Sequence[Any]) -> list[dict[str, Any]]:
+        """One JSON result per JSON item, in order."""
+        handler: Callable[[Sequence[Any]], list[Message]] = getattr(self, f"_{self.route}")
+        return [adapter.to_json(m) for m in handler(items)]
+
+    def _image(self, msg: common_pb2.Image, field: str = "image") -> Image:
+        return adapter.decode_image(msg.data, max_pixels=self.settings.max_pixels, field=field)
+
+    def _batched(
+        self,
+        items: Sequence[Any],
+        *,
+        item_cls: type[Any],
+        prepare: Callable[[Any], Any],
+        run: Callable[[list[Any]], list[Any]],
+        pack: Callable[[Any, Any], Message],
+        result_cls: type[Any],
+    ) -> list[Message]:
+        """Parse + prepare each item, run the valid ones as one batch (item by item if it raises), pack."""
+        results: list[Message | None] = [None] * len(items)
+        prepared: list[tuple[int, Any, Any]] = []
+        for i, raw in enumerate(items):
+            try:
+                msg = adapter.from_json(raw, item_cls, field=f"items[{i}]")
+                prepared.append((i, msg, prepare(msg)))
+            except Exception as exc:
+                results[i] = result_cls(error=adapter.item_failure(exc))
+        if prepared:
+            try:
+                outs = run([p for _, _, p in prepared])
+                if len(outs) != len(prepared):
+                    raise RuntimeError(f"backend returned {len(outs)} results for {len(prepared)} items")
+            except Exception:
+                outs = []
+                for _, _, p in prepared:
+                    try:
+                        outs.append(run([p])[0])
+                    except Exception as exc:
+                        outs.append(exc)
+            for (i, msg, _), out in zip(prepared, outs, strict=True):
+                if isinstance(out, BaseException):
+                    results[i] = result_cls(error=adapter.item_failure(out))
+                    continue
+                try:
+                    results[i] = pack(msg, out)
+                except Exception as exc:
+                    results[i] = result_cls(error=adapter.item_failure(exc))
+        return [r for r in results if r is not None]
+
+    def _detect(self, items: Sequence[Any]) -> list[Message]:
+        return self._batched(
+            items,
+            item_cls=stages_pb2.DetectItem,
+            prepare=lambda m: self._image(m.image),
+            run=self.backend.detect,
+            pack=lambda _m, det: adapter.detections_to_proto(det),
+            result_cls=stages_pb2.DetectResult,
+        )
+
+    def _segment_prepare(self, msg: stages_pb2.SegmentItem) -> tuple[Image, Any, Any]:
+        image = self._image(msg.image)
+        hw = (image.shape[0], image.shape[1])
+        boxes = adapter.boxes_from_proto(list(msg.boxes))
+        if len(msg.reference_masks) != boxes.shape[0]:
+            raise adapter.WireError(
+                f"{len(msg.reference_masks)} reference masks for {boxes.shape[0]} boxes", field="reference_masks"
+            )
+        refs = adapter.masks_from_proto(list(msg.reference_masks), hw, field="reference_masks")
+        return image, boxes, refs
+
+    def _segment(self, items: Sequence[Any]) -> list[Message]:
+        def run(batch: list[tuple[Image, Any, Any]]) -> list[Any]:
+            return [self.backend.refine(image, boxes, refs) for image, boxes, refs in batch]
+
+        return self._batched(
+            items,
+            item_cls=stages_pb2.SegmentItem,
+            prepare=self._segment_prepare,
+            run=run,
+            pack=lambda _m, masks: adapter.masks_to_segment_result(np.asarray(masks, dtype=bool)),
+            result_cls=stages_pb2.SegmentResult,
+        )
+
+    def _attributes_prepare(self, msg: stages_pb2.AttributesItem) -> tuple[Image, Any, list[str], list[str]]:
+        image = self._image(msg.image)
+        hw = (image.shape[0], image.shape[1])
+        if len(msg.class_names) != len(msg.masks):
+            raise adapter.WireError(
+                f"{len(msg.class_names)} class names for {len(msg.masks)} masks", field="class_names"
+            )
+        if not msg.answers:
+            raise adapter.WireError("at least one answer is needed", field="answers")
+        masks = adapter.masks_from_proto(list(msg.masks), hw, field="masks")
+        return image, masks, list(msg.class_names), list(msg.answers)
+
+    def _attributes(self, items: Sequence[Any]) -> list[Message]:
+        def run(batch: list[tuple[Image, Any, list[str], list[str]]]) -> list[Any]:
+            return [self.backend.score(image, masks, names, answers) for image, masks, names, answers in batch]
+
+        return self._batched(
+            items,
+            item_cls=stages_pb2.AttributesItem,
+            prepare=self._attributes_prepare,
+            run=run,
+            pack=lambda _m, scores: adapter.scores_to_attributes_result(np.asarray(scores, dtype=np.float32)),
+            result_cls=stages_pb2.AttributesResult,
+        )
+
+    def _depth(self, items: Sequence[Any]) -> list[Message]:
+        def pack(msg: stages_pb2.DepthItem, disparity: Any) -> Message:
+            return stages_pb2.DepthResult(disparity=adapter.depth_to_proto(disparity, msg.encoding))
+
+        return self._batched(
+            items,
+            item_cls=stages_pb2.DepthItem,
+            prepare=lambda m: self._image(m.image),
+            run=self.backend.disparity,
+            pack=pack,
+            result_cls=stages_pb2.DepthResult,
+        )

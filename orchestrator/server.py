@@ -1,0 +1,364 @@
+"""The ``negt2i.v1.Evaluator`` gRPC server (grpc.aio) with health checking and reflection.
+
+Per item (``docs/architecture.md``, the same flow as ``negt2i.pipeline``):
+
+1. validate the request: the prompt (inline metadata through
+   ``negt2i.spec.parse_prompt``, or a corpus id) and the image (size limits,
+   decodable) -> INVALID_ARGUMENT / NOT_FOUND with the reason;
+2. ``detections`` from the detector service;
+3. ``plan_perception(prompt, detections, config)``;
+4. the planned segmenter / attributes / depth calls, concurrently;
+5. the perception assembled with the pipeline's own helpers
+   (``refine_planned``, ``score_planned``, ``to_disparity``) and
+   ``judge(prompt, perception, config)``.
+
+Any stage failure fails the item (never a verdict from partial perception).
+Health: ``""`` and ``negt2i.v1.Evaluator`` are NOT_SERVING until every stage
+service answers ``/readyz`` (polled every ``health_interval_s``), and go back
+to NOT_SERVING when one stops answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1._async import HealthServicer
+from grpc_reflection.v1alpha import reflection
+
+from negt2i import __version__
+from negt2i.config import RuleConfig, load_config
+from negt2i.perception import ImagePerception
+from negt2i.pipeline import StageError, refine_planned, score_planned, to_disparity
+from negt2i.plan import plan_perception
+from negt2i.spec import Prompt, SpecError, read_prompts
+from negt2i.stages.base import Image
+from negt2i.stages.registry import STAGES
+from negt2i.verdict import PerceptionError, judge
+from negt2i.wire import adapter
+from negt2i.wire.v1 import evaluator_pb2, evaluator_pb2_grpc
+from orchestrator.settings import Settings
+from orchestrator.stages import RemoteStages, StageCallError
+
+log = logging.getLogger("negt2i.orchestrator")
+logging.getLogger("httpx").setLevel(logging.WARNING)
+
+SERVICE_NAME = evaluator_pb2.DESCRIPTOR.services_by_name["Evaluator"].full_name
+
+
+class ItemFailure(Exception):
+    """An item gets no verdict; ``code`` is a ``grpc.StatusCode``."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, *, field: str = "", stage: str = "") -> None:
+        self.code = code
+        self.message = message
+        self.field = field
+        self.stage = stage
+        super().__init__(message)
+
+    def details(self) -> str:
+        """The status details string: the field (if any) and the reason."""
+        where = f"{self.stage}: " if self.stage else ""
+        return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
+
+    def to_proto(self) -> evaluator_pb2.ItemError:
+        return evaluator_pb2.ItemError(
+            code=self.code.value[0], message=self.details(), field=self.field, stage=self.stage
+        )
+
+
+@dataclass
+class _Precomputed:
+    """A stage object that returns what the remote call already fetched (so the pipeline helpers can
+    assemble the perception exactly as the embedded path does)."""
+
+    value: Any
+
+    def refine(self, *_: Any) -> Any:
+        return self.value
+
+    def score(self, *_: Any) -> Any:
+        return self.value
+
+
+class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
+    """The servicer."""
+
+    def __init__(self, settings: Settings, stages: RemoteStages, config: RuleConfig, corpus: dict[str, Prompt]) -> None:
+        self.settings = settings
+        self.stages = stages
+        self.config = config
+        self.corpus = corpus
+
+    # ------------------------------------------------------------------ one item
+
+    def _prompt(self, request: evaluator_pb2.EvaluateRequest) -> Prompt:
+        source = request.WhichOneof("prompt_source")
+        if source == "prompt":
+            try:
+                return adapter.prompt_from_proto(request.prompt)
+            except adapter.WireError as exc:
+                raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, exc.message, field=exc.field) from None
+        if source == "prompt_id":
+            prompt = self.corpus.get(request.prompt_id)
+            if prompt is None:
+                raise ItemFailure(
+                    grpc.StatusCode.NOT_FOUND,
+                    f"no prompt {request.prompt_id!r} in the corpus ({len(self.corpus)} prompts)",
+                    field="prompt_id",
+                )
+            return prompt
+        raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, "set prompt or prompt_id", field="prompt_source")
+
+    async def _image(self, request: evaluator_pb2.EvaluateRequest) -> Image:
+        data = request.image.data
+        if not data:
+            raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, "empty image", field="image.data")
+        if len(data) > self.settings.max_image_bytes:
+            raise ItemFailure(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"image of {len(data)} bytes exceeds the limit of {self.settings.max_image_bytes}",
+                field="image.data",
+            )
+        try:
+            return await asyncio.to_thread(
+                adapter.decode_image, data, max_pixels=self.settings.max_pixels, field="image.data"
+            )
+        except adapter.WireError as exc:
+            raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, exc.message, field=exc.field) from None
+
+    async def judge_item(
+        self, request: evaluator_pb2.EvaluateRequest, deadline: float
+    ) -> evaluator_pb2.EvaluateResponse:
+        """The verdict for one request, or ``ItemFailure``."""
+        prompt = self._prompt(request)
+        image = await self._image(request)
+        data = request.image.data
+        hw = (int(image.shape[0]), int(image.shape[1]))
+        try:
+            det = await self.stages.detect(data, hw, deadline)
+            plan = plan_perception(prompt, det, self.config)
+            used = ["detector"]
+            calls: dict[str, Any] = {}
+            if plan.refine:
+                idx = np.asarray(plan.refine, dtype=np.intp)
+                calls["segmenter"] = self.stages.segment(data, det.xyxy[idx], det.masks[idx], hw, deadline)
+            if plan.attributes:
+                idx = np.asarray(plan.attributes, dtype=np.intp)
+                names = [det.class_names[i] for i in idx]
+                calls["attributes"] = self.stages.attributes(data, det.masks[idx], names, plan.answers, deadline)
+            if plan.depth:
+                calls["depth"] = self.stages.depth(data, hw, deadline)
+            fetched = dict(zip(calls, await _gather_all(list(calls.values())), strict=True))
+            used += list(calls)
+        except StageCallError as exc:
+            raise ItemFailure(
+                getattr(grpc.StatusCode, exc.code), exc.message, field=exc.field, stage=exc.stage
+            ) from None
+        try:
+            refined = refine_planned(image, det, plan, _Precomputed(fetched.get("segmenter")))  # type: ignore[arg-type]
+            attributes = score_planned(image, det, plan, _Precomputed(fetched.get("attributes")))  # type: ignore[arg-type]
+            disparity = to_disparity(fetched["depth"], hw) if "depth" in fetched else None
+            perception = ImagePerception(det, refined=refined, attributes=attributes, disparity=disparity)
+            verdict = judge(prompt, perception, self.config)
+        except StageError as exc:
+            raise ItemFailure(grpc.StatusCode.INTERNAL, exc.message, stage=exc.stage) from None
+        except (PerceptionError, ValueError) as exc:
+            raise ItemFailure(grpc.StatusCode.INTERNAL, f"judge: {exc}") from None
+        return evaluator_pb2.EvaluateResponse(
+            request_id=request.request_id,
+            verdict=adapter.verdict_to_proto(verdict),
+            stages=[self.stages.service(s) for s in STAGES if s in used],
+        )
+
+    def _deadline(self, context: grpc.aio.ServicerContext[Any, Any]) -> float:
+        left = context.time_remaining()
+        budget = self.settings.item_timeout_s if left is None else min(left, self.settings.item_timeout_s)
+        return time.monotonic() + budget
+
+    # ------------------------------------------------------------------ RPCs
+
+    async def Evaluate(
+        self, request: evaluator_pb2.EvaluateRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> evaluator_pb2.EvaluateResponse:
+        """Judge one image against one prompt."""
+        try:
+            return await self.judge_item(request, self._deadline(context))
+        except ItemFailure as exc:
+            await context.abort(exc.code, exc.details())
+            raise  # unreachable: abort raises
+
+    async def EvaluateStream(
+        self,
+        request_iterator: AsyncIterator[evaluator_pb2.EvaluateRequest],
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[evaluator_pb2.EvaluateStreamResponse]:
+        """Judge items as they arrive, ``stream_window`` at a time; responses in completion order."""
+        out: asyncio.Queue[evaluator_pb2.EvaluateStreamResponse | None] = asyncio.Queue()
+        window = asyncio.Semaphore(self.settings.stream_window)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def one(request: evaluator_pb2.EvaluateRequest) -> None:
+            try:
+                result = await self.judge_item(request, self._deadline(context))
+                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, result=result))
+            except ItemFailure as exc:
+                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, error=exc.to_proto()))
+            except Exception as exc:  # never lose an item silently
+                log.exception("item %s failed", request.request_id)
+                err = ItemFailure(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}").to_proto()
+                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, error=err))
+            finally:
+                window.release()
+
+        async def read() -> None:
+            try:
+                async for request in request_iterator:
+                    await window.acquire()
+                    task = asyncio.create_task(one(request))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                while tasks:
+                    await asyncio.gather(*list(tasks), return_exceptions=True)
+            finally:
+                await out.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (item := await out.get()) is not None:
+                yield item
+            await reader
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    async def GetServiceInfo(
+        self, request: evaluator_pb2.GetServiceInfoRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> evaluator_pb2.ServiceInfo:
+        """Versions of the orchestrator and of every stage model."""
+        return evaluator_pb2.ServiceInfo(
+            api_version=adapter.CONTRACT,
+            orchestrator_version=__version__,
+            rules_name=self.config.name,
+            rules_digest=self.config.digest(),
+            stages=[self.stages.service(s) for s in STAGES],
+            limits=evaluator_pb2.ServerLimits(
+                max_message_bytes=self.settings.max_message_bytes,
+                max_image_bytes=self.settings.max_image_bytes,
+                max_pixels=self.settings.max_pixels,
+                max_in_flight_per_stream=self.settings.stream_window,
+            ),
+            corpus_prompts=len(self.corpus),
+            rules_json=json.dumps(self.config.record(), separators=(",", ":")),
+        )
+
+
+async def _gather_all(coros: Sequence[Any]) -> list[Any]:
+    """Run concurrently; on the first failure cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+async def watch_health(stages: RemoteStages, health: HealthServicer, interval_s: float) -> None:
+    """Poll every stage's ``/readyz``; SERVING only while all answer."""
+    serving: bool | None = None
+    while True:
+        states = await asyncio.gather(*(stages.ready(s) for s in STAGES))
+        now = all(states)
+        if now != serving:
+            status = health_pb2.HealthCheckResponse.SERVING if now else health_pb2.HealthCheckResponse.NOT_SERVING
+            for name in ("", SERVICE_NAME):
+                await health.set(name, status)
+            down = [s for s, ok in zip(STAGES, states, strict=True) if not ok]
+            log.info(
+                "health: %s%s", "SERVING" if now else "NOT_SERVING", f" (waiting for {', '.join(down)})" if down else ""
+            )
+            serving = now
+        await asyncio.sleep(interval_s)
+
+
+def load_corpus(path: str) -> dict[str, Prompt]:
+    """Prompts by id from the corpus file (empty, with a warning, when it does not exist)."""
+    p = Path(path)
+    if not p.is_file():
+        log.warning("corpus %s not found: only inline prompt metadata will be accepted", path)
+        return {}
+    return {prompt.id: prompt for prompt in read_prompts(p)}
+
+
+async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> None:
+    """Run the server until SIGTERM / SIGINT."""
+    config = load_config(settings.rules)
+    try:
+        corpus = load_corpus(settings.corpus)
+    except SpecError as exc:
+        raise SystemExit(f"orchestrator: corpus {settings.corpus}: {exc}") from None
+    stages = RemoteStages(
+        settings.urls,
+        concurrency=settings.stage_concurrency,
+        queue=settings.stage_queue,
+        call_timeout_s=settings.call_timeout_s,
+        retries=settings.retries,
+        backoff_s=settings.backoff_s,
+        depth_encoding=settings.depth_encoding,
+    )
+    options = [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+    ]
+    server = grpc.aio.server(options=options)
+    evaluator_pb2_grpc.add_EvaluatorServicer_to_server(Evaluator(settings, stages, config, corpus), server)
+    health = HealthServicer()
+    for name in ("", SERVICE_NAME):
+        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    reflection.enable_server_reflection(
+        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
+    )
+    bound = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    await server.start()
+    log.info("orchestrator %s listening on %s:%d (rules %s, %d corpus prompts)", __version__, settings.host, bound,
+             config.name, len(corpus))  # fmt: skip
+    print(f"orchestrator listening on {settings.host}:{bound}", flush=True)
+    watcher = asyncio.create_task(watch_health(stages, health, settings.health_interval_s))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        await health.enter_graceful_shutdown()
+        watcher.cancel()
+        await server.stop(grace=5)
+        w = stages.wire
+        log.info("wire: calls %s, sent %s, received %s bytes", w.calls, w.sent, w.received)
+        await stages.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m orchestrator``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    settings = Settings.from_args(argv)
+    asyncio.run(serve(settings))
+    return 0

@@ -1,0 +1,1 @@
+"""BentoML stage services: one ``@bentoml.service`` per perception stage (see ``docs/services.md``)."""

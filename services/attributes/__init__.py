@@ -1,0 +1,1 @@
+"""The attributes stage service."""

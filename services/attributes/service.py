@@ -1,0 +1,43 @@
+"""The attributes stage as a BentoML service: ``bentoml serve services.attributes.service:Attributes``.
+
+POST /attributes (batchable, adaptive batching), GET /info, /livez, /readyz, /metrics;
+the contract is ``docs/stage-contract.md``. The backend is ``NEGT2I_ATTRIBUTES_BACKEND``
+(default: the paper's model), loaded once in ``__init__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bentoml
+
+from negt2i.wire.stage_handlers import StageSettings
+from services.common import MAX_LATENCY_MS, StageHttpMiddleware, load_handler, service_options
+
+SETTINGS = StageSettings.from_env("attributes")
+
+
+@bentoml.service(**service_options(SETTINGS))
+class Attributes:
+    """The attributes stage."""
+
+    def __init__(self) -> None:
+        self.handler = load_handler(SETTINGS)
+
+    def __is_ready__(self) -> bool:
+        """Ready once the model is loaded and warmed up (BentoML's /readyz answers 503 until then)."""
+        return self.handler.ready
+
+    @bentoml.api(
+        route="/attributes",
+        batchable=True,
+        batch_dim=0,
+        max_batch_size=SETTINGS.max_batch_size,
+        max_latency_ms=MAX_LATENCY_MS,
+    )
+    def attributes(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Score instance crops against attribute values; one AttributesResult per AttributesItem."""
+        return self.handler.handle(items)
+
+
+Attributes.add_asgi_middleware(StageHttpMiddleware, stage="attributes", max_request_bytes=SETTINGS.max_request_bytes)

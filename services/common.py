@@ -1,0 +1,98 @@
+"""What the four stage services share: settings, the handler, service options and an ASGI middleware.
+
+Each ``services/<stage>/service.py`` is a thin ``@bentoml.service`` over a
+``negt2i.wire.stage_handlers.StageHandler``: the model loads (and warms up) in
+``__init__``, ``__is_ready__`` keeps BentoML's ``/readyz`` at 503 until then,
+the one API is batchable with adaptive batching, and BentoML serves
+``/livez``, ``/readyz`` and Prometheus ``/metrics``. ``StageHttpMiddleware`` adds
+``GET /info`` and the request size limit (HTTP 413) of the stage contract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Final
+
+from negt2i.wire import adapter
+from negt2i.wire.stage_handlers import StageHandler, StageSettings
+
+HANDLERS: dict[str, StageHandler] = {}
+"""The loaded handler of each stage served by this worker process (read by the middleware)."""
+
+MAX_LATENCY_MS: Final = int(os.environ.get("NEGT2I_MAX_LATENCY_MS", "60000"))
+"""BentoML's adaptive-batching latency budget; requests predicted to exceed it get HTTP 503."""
+
+
+def service_options(settings: StageSettings) -> dict[str, Any]:
+    """``@bentoml.service`` options: a GPU per service unless ``NEGT2I_GPUS=0``, one worker (one model copy),
+    a request timeout and a concurrency cap above what the orchestrator sends."""
+    gpus = float(os.environ.get("NEGT2I_GPUS", "1"))
+    resources: dict[str, Any] = {"cpu": os.environ.get("NEGT2I_CPUS", "1")}
+    if gpus > 0:
+        resources["gpu"] = int(gpus) if gpus.is_integer() else gpus
+    return {
+        "name": settings.stage,
+        "resources": resources,
+        "workers": 1,
+        "traffic": {
+            "timeout": int(os.environ.get("NEGT2I_STAGE_TIMEOUT_S", "120")),
+            "max_concurrency": int(os.environ.get("NEGT2I_STAGE_MAX_CONCURRENCY", "256")),
+        },
+    }
+
+
+def load_handler(settings: StageSettings) -> StageHandler:
+    """Build the stage backend, run one warm-up item through it and register it for the middleware."""
+    handler = StageHandler(settings)
+    handler.warm_up()
+    HANDLERS[settings.stage] = handler
+    return handler
+
+
+class StageHttpMiddleware:
+    """ASGI middleware: ``GET /info`` (503 until the model is loaded) and the request body limit (413/411)."""
+
+    def __init__(self, app: Any, *, stage: str, max_request_bytes: int) -> None:
+        self.app = app
+        self.stage = stage
+        self.max_request_bytes = max_request_bytes
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            await self.app(scope, receive, send)
+            return
+        method, path = scope.get("method", "GET"), scope.get("path", "/")
+        if path == "/info" and method == "GET":
+            handler = HANDLERS.get(self.stage)
+            if handler is None:
+                await _send_json(send, 503, {"error": f"the {self.stage} model is not loaded yet"})
+            else:
+                await _send_json(send, 200, adapter.to_json(handler.info()))
+            return
+        if method == "POST":
+            headers = dict(scope.get("headers") or [])
+            length = headers.get(b"content-length")
+            if length is None:
+                await _send_json(send, 411, {"error": "a Content-Length header is required"})
+                return
+            if int(length) > self.max_request_bytes:
+                await _send_json(
+                    send,
+                    413,
+                    {"error": f"request body of {int(length)} bytes exceeds the limit of {self.max_request_bytes}"},
+                )
+                return
+        await self.app(scope, receive, send)
+
+
+async def _send_json(send: Any, status: int, payload: dict[str, Any]) -> None:
+    body = json.dumps(payload).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

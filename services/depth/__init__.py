@@ -1,0 +1,1 @@
+"""The depth stage service."""

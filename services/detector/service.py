@@ -1,0 +1,43 @@
+"""The detector stage as a BentoML service: ``bentoml serve services.detector.service:Detector``.
+
+POST /detect (batchable, adaptive batching), GET /info, /livez, /readyz, /metrics;
+the contract is ``docs/stage-contract.md``. The backend is ``NEGT2I_DETECTOR_BACKEND``
+(default: the paper's model), loaded once in ``__init__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bentoml
+
+from negt2i.wire.stage_handlers import StageSettings
+from services.common import MAX_LATENCY_MS, StageHttpMiddleware, load_handler, service_options
+
+SETTINGS = StageSettings.from_env("detector")
+
+
+@bentoml.service(**service_options(SETTINGS))
+class Detector:
+    """The detector stage."""
+
+    def __init__(self) -> None:
+        self.handler = load_handler(SETTINGS)
+
+    def __is_ready__(self) -> bool:
+        """Ready once the model is loaded and warmed up (BentoML's /readyz answers 503 until then)."""
+        return self.handler.ready
+
+    @bentoml.api(
+        route="/detect",
+        batchable=True,
+        batch_dim=0,
+        max_batch_size=SETTINGS.max_batch_size,
+        max_latency_ms=MAX_LATENCY_MS,
+    )
+    def detect(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Detect COCO objects with instance masks; one DetectResult per DetectItem."""
+        return self.handler.handle(items)
+
+
+Detector.add_asgi_middleware(StageHttpMiddleware, stage="detector", max_request_bytes=SETTINGS.max_request_bytes)

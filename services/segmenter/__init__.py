@@ -1,0 +1,1 @@
+"""The segmenter stage service."""

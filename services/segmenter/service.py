@@ -1,0 +1,43 @@
+"""The segmenter stage as a BentoML service: ``bentoml serve services.segmenter.service:Segmenter``.
+
+POST /segment (batchable, adaptive batching), GET /info, /livez, /readyz, /metrics;
+the contract is ``docs/stage-contract.md``. The backend is ``NEGT2I_SEGMENTER_BACKEND``
+(default: the paper's model), loaded once in ``__init__``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import bentoml
+
+from negt2i.wire.stage_handlers import StageSettings
+from services.common import MAX_LATENCY_MS, StageHttpMiddleware, load_handler, service_options
+
+SETTINGS = StageSettings.from_env("segmenter")
+
+
+@bentoml.service(**service_options(SETTINGS))
+class Segmenter:
+    """The segmenter stage."""
+
+    def __init__(self) -> None:
+        self.handler = load_handler(SETTINGS)
+
+    def __is_ready__(self) -> bool:
+        """Ready once the model is loaded and warmed up (BentoML's /readyz answers 503 until then)."""
+        return self.handler.ready
+
+    @bentoml.api(
+        route="/segment",
+        batchable=True,
+        batch_dim=0,
+        max_batch_size=SETTINGS.max_batch_size,
+        max_latency_ms=MAX_LATENCY_MS,
+    )
+    def segment(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Refine detector masks from box prompts; one SegmentResult per SegmentItem."""
+        return self.handler.handle(items)
+
+
+Segmenter.add_asgi_middleware(StageHttpMiddleware, stage="segmenter", max_request_bytes=SETTINGS.max_request_bytes)
