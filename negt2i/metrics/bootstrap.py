@@ -27,10 +27,12 @@ Replicates = dict[tuple[str, str], NDArray[np.float64]]
 
 
 def percentile_interval(replicates: NDArray[np.float64], confidence: float = 0.95) -> list[float]:
-    """``[lo, hi]``: the (1-c)/2 and (1+c)/2 percentiles of the replicates (NaNs ignored)."""
+    """``[lo, hi]``: the (1-c)/2 and (1+c)/2 percentiles of the replicates (NaNs ignored; all NaN gives NaN)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     alpha = 1 - confidence
+    if np.isnan(replicates).all():
+        return [float("nan"), float("nan")]
     lo, hi = np.nanpercentile(replicates, [100 * alpha / 2, 100 * (1 - alpha / 2)])
     return [float(lo), float(hi)]
 

@@ -1,0 +1,305 @@
+"""The agreement study on hand-built images, checked against scikit-learn / scipy and brute-force references."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+from sklearn.metrics import cohen_kappa_score
+
+from negt2i.cli import main
+from negt2i.metrics.agreement import (
+    OURS,
+    AgreementInputError,
+    JudgeRow,
+    LabelRow,
+    analyze,
+    build_study,
+    read_judges,
+    read_labels,
+)
+from negt2i.metrics.records import ImageRow, parse_line
+from negt2i.metrics.stats import fleiss_kappa
+from negt2i.metrics.synthetic import make_judge, make_labels, make_prompts, make_results, make_verdict
+from negt2i.results import ok_record
+
+from .conftest import write_jsonl
+
+# Four images of one "a non-<color> <object>" prompt: elements object:0 and statement:0 (negated).
+# Our verdicts: correct, negated statement violated, correct, object missing.
+PATTERNS = [None, "negated_violated", None, "undetected_object"]
+# Answers of annotators a, b, c to the affirmative questions ("is there a <object>?", "is it <color>?").
+ANSWERS = {
+    0: {"object:0": "yyy", "statement:0": "nny"},  # statement satisfied by 2 of 3 -> image label 1
+    1: {"object:0": "yyy", "statement:0": "yyn"},  # color rendered -> 0
+    2: {"object:0": "ynn", "statement:0": "nnn"},  # object judged missing -> 0 (our evaluator passes it: FP)
+    3: {"object:0": "nnn", "statement:0": "nnn"},  # object missing -> 0
+}
+
+
+@pytest.fixture(scope="module")
+def records() -> list[dict[str, Any]]:
+    (prompt,) = make_prompts(1, cells=[("color", "pos0_neg1")], seed=3)
+    return [
+        ok_record(make_verdict(prompt, p), filename=f"img{i}.png", sample=i, models={}) for i, p in enumerate(PATTERNS)
+    ]
+
+
+@pytest.fixture(scope="module")
+def rows(records: list[dict[str, Any]]) -> list[ImageRow]:
+    return [parse_line(r) for r in records]
+
+
+def _labels() -> list[LabelRow]:
+    return [
+        LabelRow(f"img{i}.png", el, who, ans == "y", None, f"labels:{i}")
+        for i, per in ANSWERS.items()
+        for el, answers in per.items()
+        for who, ans in zip("abc", answers, strict=True)
+    ]
+
+
+def test_image_level_binary_and_rank_agreement_match_sklearn_and_scipy(rows: list[ImageRow]) -> None:
+    out = analyze(build_study(_labels(), rows), n_resamples=50)
+    human = [1, 0, 0, 0]
+    ours = [1, 0, 1, 0]
+    s = out["image_level"][OURS]
+    assert (s["tp"], s["tn"], s["fp"], s["fn"]) == (1, 2, 1, 0)
+    assert s["kappa"] == pytest.approx(cohen_kappa_score(human, ours))
+    human_score = [1.0, 0.5, 0.5, 0.5]  # share of elements the majority marks satisfied
+    our_score = [1.0, 0.5, 1.0, 0.0]  # share our verdict marks satisfied (object missing: statement unevaluable)
+    assert s["kendall_tau"] == pytest.approx(sps.kendalltau(human_score, our_score).statistic)
+    assert s["spearman_rho"] == pytest.approx(sps.spearmanr(human_score, our_score).statistic)
+    # pairs with different human scores: (0,1), (0,2), (0,3); ours orders (0,1) and (0,3) right, ties (0,2)
+    assert s["pair_accuracy"] == pytest.approx(2.5 / 3)
+    assert out["human_accept_rate"] == 0.25 and out["annotators_per_image"] == 3
+
+
+def _loo_reference(sat: np.ndarray, image_of: np.ndarray, n_images: int) -> float:
+    kappas = []
+    for s in range(sat.shape[1]):
+        held = sat[:, s]
+        ref = np.delete(sat, s, axis=1).mean(axis=1) > 0.5
+        held_img = [all(held[image_of == i]) for i in range(n_images)]
+        ref_img = [all(ref[image_of == i]) for i in range(n_images)]
+        kappas.append(cohen_kappa_score(ref_img, held_img))
+    return float(np.mean(kappas))
+
+
+def test_leave_one_out_fleiss_and_unanimous_on_raw_answers(rows: list[ImageRow]) -> None:
+    study = build_study(_labels(), rows)
+    out = analyze(study, n_resamples=20)
+    expected = _loo_reference(study.satisfied, study.element_image, 4)
+    assert out["inter_annotator"]["image"]["kappa"] == pytest.approx(expected)
+    stmt = out["element_level"]["negated"]["inter_annotator"]
+    yes = np.array([1, 2, 0, 0])  # "is it <color>?" answered yes, per image
+    assert stmt["fleiss_kappa"] == pytest.approx(fleiss_kappa(np.stack([yes, 3 - yes], axis=1)))
+    assert stmt["unanimous"] == 0.5
+    objects = out["element_level"]["objects"]
+    assert objects["n"] == 4 and objects["evaluators"][OURS]["satisfied"] == 1.0  # 2 satisfied, both found
+    assert objects["evaluators"][OURS]["unsatisfied"] == 0.5  # of 2 unsatisfied, ours rejects one
+
+
+def test_judge_modes_map_answers_to_the_expected_answer(rows: list[ImageRow]) -> None:
+    judges = []
+    for i in range(4):
+        img = f"img{i}.png"
+        judges.append(JudgeRow("J", "pos", img, "object:0", 0.9, "j"))
+        judges.append(JudgeRow("J", "pos", img, "statement:0", 0.2, "j"))  # "is it red?" no -> satisfied
+        judges.append(JudgeRow("J", "neg", img, "object:0", 0.9, "j"))
+        judges.append(JudgeRow("J", "neg", img, "statement:0", 0.8, "j"))  # "is it non-red?" yes -> satisfied
+        judges.append(JudgeRow("J", "whole", img, "prompt", 0.3, "j"))
+    study = build_study(_labels(), rows, judges)
+    pos, neg, whole = study.evaluators["J (pos)"], study.evaluators["J (neg)"], study.evaluators["J (whole)"]
+    assert pos.element_binary is not None and pos.element_binary.all() and pos.image_binary.all()
+    assert np.array_equal(pos.image_score, neg.image_score) and np.allclose(pos.image_score, 0.85)
+    assert whole.element_binary is None and not whole.image_binary.any()
+    out = analyze(study, n_resamples=30)
+    assert set(out["differences"]) == {
+        f"J (neg) - {OURS}",
+        f"J (pos) - {OURS}",
+        f"J (whole) - {OURS}",
+        "J (neg) - J (pos)",
+    }
+    assert out["differences"]["J (neg) - J (pos)"]["kappa"] == {"value": 0.0, "interval": [0.0, 0.0]}
+
+
+def test_breakdowns_and_intervals_on_a_synthetic_study() -> None:
+    prompts = make_prompts(2, seed=9)
+    recs = list(make_results(prompts, lambda c, s: 0.5, images_per_prompt=1, seed=9))
+    labels = make_labels(recs, seed=1)
+    study = build_study(
+        [LabelRow(r["image"], r["element"], r["annotator"], r["answer"] == "yes", None, "x") for r in labels],
+        [parse_line(r) for r in recs],
+        [
+            JudgeRow(j["judge"], j["mode"], j["image"], j["element"], j["p_yes"], "y")
+            for j in make_judge(recs, labels, seed=2)
+        ],
+    )
+    out = analyze(study, n_resamples=200, seed=3)
+    assert out["images"] == 96
+    assert list(out["by_setting"])[:3] == ["pos1_neg0", "pos0_neg1", "pos2_neg0"]
+    assert list(out["by_category"]) == ["color", "material", "comparative", "depth", "directional", "proximity"]
+    assert sum(v["n"] for v in out["by_category"].values()) == 96
+    for name, s in out["image_level"].items():
+        lo, hi = s["interval"]["kappa"]
+        assert lo <= s["kappa"] <= hi, name
+    assert out["elements"]["statements"] == out["elements"]["affirmative"] + out["elements"]["negated"]
+    assert json.dumps(out) == json.dumps(analyze(study, n_resamples=200, seed=3))  # seeded (NaN-safe comparison)
+
+
+def _write_labels_csv(path: Path, labels: list[LabelRow]) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["image", "element", "annotator", "answer"])
+        for lab in labels:
+            w.writerow([lab.image, lab.element, lab.annotator, "yes" if lab.answer else "no"])
+
+
+def test_csv_and_jsonl_labels_read_the_same(tmp_path: Path) -> None:
+    labels = _labels()
+    _write_labels_csv(tmp_path / "l.csv", labels)
+    write_jsonl(
+        tmp_path / "l.jsonl",
+        [{"image": x.image, "element": x.element, "annotator": x.annotator, "answer": x.answer} for x in labels],
+    )
+    a, b = read_labels(tmp_path / "l.csv"), read_labels(tmp_path / "l.jsonl")
+    assert [(x.image, x.element, x.annotator, x.answer) for x in a] == [
+        (x.image, x.element, x.annotator, x.answer) for x in b
+    ]
+    assert a[0].where == f"{tmp_path / 'l.csv'}:2"
+
+
+@pytest.mark.parametrize(
+    ("rows_json", "message"),
+    [
+        (
+            [{"image": "i", "element": "object:0", "annotator": "a", "answer": "maybe"}],
+            r"l.jsonl:1: answer must be yes or no, got 'maybe'",
+        ),
+        (
+            [{"image": "i", "element": "obj0", "annotator": "a", "answer": "yes"}],
+            r"element must be object:I or statement:K, got 'obj0'",
+        ),
+        ([{"image": "i", "element": "object:0", "answer": "yes"}], r"l.jsonl:1: missing field 'annotator'"),
+        (
+            [{"image": "i", "element": "object:0", "annotator": "a", "answer": "no"}] * 2,
+            r"l.jsonl:2: annotator a labels i object:0 again \(first at .*l.jsonl:1\)",
+        ),
+    ],
+)
+def test_label_file_errors(tmp_path: Path, rows_json: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(AgreementInputError, match=message):
+        read_labels(write_jsonl(tmp_path / "l.jsonl", rows_json))
+
+
+def test_judge_file_errors(tmp_path: Path) -> None:
+    bad = [{"judge": "J", "mode": "whole", "image": "i", "element": "object:0", "p_yes": 0.5}]
+    with pytest.raises(AgreementInputError, match="mode whole goes with element prompt, got 'object:0'"):
+        read_judges(write_jsonl(tmp_path / "j.jsonl", bad))
+    with pytest.raises(AgreementInputError, match=r"p_yes must be in \[0, 1\], got 1.5"):
+        read_judges(
+            write_jsonl(
+                tmp_path / "j.jsonl", [{"judge": "J", "mode": "pos", "image": "i", "element": "object:0", "p_yes": 1.5}]
+            )
+        )
+    with pytest.raises(AgreementInputError, match="mode must be one of whole, pos, neg"):
+        read_judges(
+            write_jsonl(
+                tmp_path / "j.jsonl", [{"judge": "J", "mode": "yes", "image": "i", "element": "object:0", "p_yes": 1}]
+            )
+        )
+
+
+def test_inconsistent_studies_are_rejected(rows: list[ImageRow]) -> None:
+    labels = _labels()
+    with pytest.raises(AgreementInputError, match=r"labels:0: image 'nope.png' is not in the results"):
+        build_study([LabelRow("nope.png", "object:0", "a", True, None, "labels:0"), *labels], rows)
+    with pytest.raises(
+        AgreementInputError, match="annotators c did not label statement:0; every annotator labels every element"
+    ):
+        build_study(
+            [x for x in labels if not (x.image == "img0.png" and x.element == "statement:0" and x.annotator == "c")],
+            rows,
+        )
+    with pytest.raises(AgreementInputError, match="polarity positive but the verdict says statement:0 is negated"):
+        build_study(
+            [
+                LabelRow(
+                    x.image,
+                    x.element,
+                    x.annotator,
+                    x.answer,
+                    "positive" if x.element == "statement:0" else None,
+                    x.where,
+                )
+                for x in labels
+            ],
+            rows,
+        )
+    with pytest.raises(AgreementInputError, match=r"img0.png has 1 statements, no statement:3"):
+        build_study([*labels, *(LabelRow("img0.png", "statement:3", w, True, None, "l:99") for w in "abc")], rows)
+    with pytest.raises(AgreementInputError, match=r"every image needs the same number of annotators, got \[2, 3\]"):
+        build_study([x for x in labels if not (x.image == "img1.png" and x.annotator == "c")], rows)
+    with pytest.raises(
+        AgreementInputError, match=r"J \(pos\) has no answer for 7 labelled elements, e.g. img0.png statement:0"
+    ):
+        build_study(labels, rows, [JudgeRow("J", "pos", "img0.png", "object:0", 1.0, "j")])
+
+
+def test_agreement_command_writes_json_markdown_and_csv(
+    tmp_path: Path, records: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = write_jsonl(tmp_path / "r.jsonl", records)
+    labels = write_jsonl(
+        tmp_path / "l.jsonl",
+        [
+            {"image": x.image, "element": x.element, "annotator": x.annotator, "answer": "yes" if x.answer else "no"}
+            for x in _labels()
+        ],
+    )
+    code = main(
+        [
+            "agreement",
+            "--labels",
+            str(labels),
+            "--results",
+            str(results),
+            "--out",
+            str(tmp_path / "out"),
+            "--bootstrap",
+            "50",
+        ]
+    )
+    assert code == 0
+    data = json.loads((tmp_path / "out" / "agreement.json").read_text())
+    assert data["inputs"]["labels"]["path"] == str(labels) and len(data["inputs"]["labels"]["sha256"]) == 64
+    assert data["inputs"]["configs"][0]["name"] == "current"
+    md = (tmp_path / "out" / "agreement.md").read_text()
+    assert "| NegT2IBench | 4 |" in md and "Agreement between annotators (Table 5)" in md
+    assert (
+        (tmp_path / "out" / "agreement_images.csv")
+        .read_text()
+        .splitlines()[0]
+        .startswith("evaluator,n,tp,tn,fp,fn,kappa_pct")
+    )
+    assert "NegT2IBench" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "agreement",
+                "--labels",
+                str(tmp_path / "missing.jsonl"),
+                "--results",
+                str(results),
+                "--out",
+                str(tmp_path / "o2"),
+            ]
+        )
+        == 2
+    )
