@@ -16,6 +16,10 @@ STAGES: Final[tuple[str, ...]] = ("detector", "segmenter", "attributes", "depth"
 
 BUILTIN_MODULES: list[str] = [
     "negt2i.stages.synthetic",
+    "negt2i.stages.rfdetr_backend",
+    "negt2i.stages.sam2_backend",
+    "negt2i.stages.siglip_backend",
+    "negt2i.stages.depth_anything_backend",
 ]
 """Modules that register built-in backends when imported (filled in by the backend packages).
 

@@ -1,0 +1,91 @@
+"""Depth-Anything V2 Small depth estimator (``depth-anything-v2-small``): relative disparity.
+
+Appendix C.1: ``depth-anything/Depth-Anything-V2-Small-hf`` through ``transformers``;
+its output is a disparity (larger = closer), resized to the image with bicubic
+interpolation (``align_corners=False``, as the processor's
+``post_process_depth_estimation``). Images of equal size are batched together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from negt2i.config import CURRENT, RuleConfig
+from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.common import check_image
+from negt2i.stages.registry import register
+
+BACKEND: Final = "depth-anything-v2-small"
+MODEL: Final = "depth-anything/Depth-Anything-V2-Small-hf"
+
+
+def resize_disparity(predicted: Any, shape_hw: tuple[int, int]) -> NDArray[np.float32]:
+    """Bicubic resize (``align_corners=False``) of model outputs (B, h, w) to (B, H, W), as float32 numpy."""
+    import torch
+    import torch.nn.functional as F
+
+    with torch.inference_mode():
+        resized = F.interpolate(predicted.float()[:, None], size=shape_hw, mode="bicubic", align_corners=False)
+    return np.ascontiguousarray(resized[:, 0].cpu().numpy(), dtype=np.float32)
+
+
+class DepthAnythingEstimator:
+    """Wraps a ``transformers`` depth model and its image processor."""
+
+    def __init__(self, model: Any, processor: Any, info: ModelInfo, *, batch_size: int = 8) -> None:
+        self.model = model.eval()
+        self.processor = processor
+        self.info = info
+        self.device = next(model.parameters()).device
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_weights(
+        cls,
+        *,
+        device: str = "auto",
+        weights_dir: str | Path | None = None,
+        config: RuleConfig = CURRENT,
+        **_: Any,
+    ) -> DepthAnythingEstimator:
+        """Load Depth-Anything-V2-Small from the weights cache (``negt2i weights fetch``)."""
+        from transformers import AutoImageProcessor, DepthAnythingForDepthEstimation
+
+        from negt2i import weights
+        from negt2i.stages._torch import model_info, resolve_device
+
+        verified = weights.verify(BACKEND, weights_dir)
+        dev = resolve_device(device)
+        processor = AutoImageProcessor.from_pretrained(verified.folder, local_files_only=True)  # type: ignore[no-untyped-call]
+        model = DepthAnythingForDepthEstimation.from_pretrained(verified.folder, local_files_only=True)
+        model.to(dev)  # type: ignore[arg-type]  # transformers types .to() oddly
+        return cls(
+            model, processor, model_info("depth", BACKEND, MODEL, dist="transformers", device=dev, weights=verified)
+        )
+
+    def disparity(self, images: Sequence[Image]) -> list[NDArray[np.float32]]:
+        """One (H, W) disparity map per image, at the image's size."""
+        import torch
+
+        shapes = [check_image(im) for im in images]
+        out: list[NDArray[np.float32] | None] = [None] * len(images)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, hw in enumerate(shapes):
+            groups.setdefault(hw, []).append(i)
+        for hw, members in groups.items():
+            for start in range(0, len(members), self.batch_size):
+                idx = members[start : start + self.batch_size]
+                inputs = self.processor(images=[images[i] for i in idx], return_tensors="pt").to(self.device)
+                with torch.inference_mode():
+                    predicted = self.model(**inputs).predicted_depth
+                for i, disp in zip(idx, resize_disparity(predicted, hw), strict=True):
+                    out[i] = disp
+        return [d for d in out if d is not None]
+
+
+register("depth", BACKEND, DepthAnythingEstimator.from_weights)

@@ -1,0 +1,140 @@
+"""RF-DETR-Seg-XL detector (``rfdetr-seg-xl``): COCO detections with instance masks.
+
+Table 15 / Appendix C.1: ``RFDETRSegXLarge`` called with an internal prediction floor
+of 0.005; every detection above the floor is returned (the rules apply presence,
+counting and the per-class cap). RF-DETR numbers classes by COCO *category id*
+(1-90, sparse, as in ``rfdetr.assets.coco_classes.COCO_CLASSES``); ids that are not
+one of the 80 classes are dropped, and COCO's names are respelled as GenEval
+spells them (``mouse`` -> ``computer mouse``, ``remote`` -> ``tv remote``,
+``keyboard`` -> ``computer keyboard``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from negt2i.config import CURRENT, RuleConfig
+from negt2i.perception import Detections
+from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.common import check_image
+from negt2i.stages.registry import register
+from negt2i.vocab import COCO_CLASSES
+
+BACKEND: Final = "rfdetr-seg-xl"
+MODEL: Final = "RFDETRSegXLarge"
+
+GENEVAL_SPELLING: Final[dict[str, str]] = {
+    "mouse": "computer mouse",
+    "remote": "tv remote",
+    "keyboard": "computer keyboard",
+}
+"""COCO names (as RF-DETR spells them) that GenEval and this benchmark spell differently."""
+
+
+def class_names_by_id(coco_classes: Mapping[int, str] | None = None) -> dict[int, str]:
+    """COCO category id -> benchmark class name, from RF-DETR's own table (or ``coco_classes``)."""
+    table: Mapping[int, str]
+    if coco_classes is None:
+        from rfdetr.assets.coco_classes import COCO_CLASSES as table
+    else:
+        table = coco_classes
+    out = {int(k): GENEVAL_SPELLING.get(v, v) for k, v in table.items()}
+    unknown = sorted(set(out.values()) - set(COCO_CLASSES))
+    if unknown:
+        raise ValueError(f"RF-DETR class names {unknown} have no benchmark spelling")
+    return out
+
+
+def to_detections(
+    class_id: NDArray[Any],
+    confidence: NDArray[Any],
+    xyxy: NDArray[Any],
+    mask: NDArray[Any] | None,
+    shape_hw: tuple[int, int],
+    *,
+    names: Mapping[int, str],
+    floor: float,
+) -> Detections:
+    """Our ``Detections`` from RF-DETR's arrays: unknown ids and scores below ``floor`` dropped, boxes
+    clipped to the image, scores clipped to [0, 1]."""
+    n = len(class_id)
+    if n and mask is None:
+        raise ValueError("RF-DETR returned no masks; a segmentation model (RFDETRSeg*) is required")
+    ids = np.asarray(class_id, dtype=np.int64).reshape(n)
+    scores = np.clip(np.asarray(confidence, dtype=np.float32).reshape(n), 0.0, 1.0)
+    keep = np.array([int(i) in names for i in ids], dtype=bool) & (scores >= floor)
+    idx = np.flatnonzero(keep)
+    h, w = shape_hw
+    boxes = np.asarray(xyxy, dtype=np.float32).reshape(n, 4)[idx]
+    boxes[:, [0, 2]] = np.clip(boxes[:, [0, 2]], 0, w)
+    boxes[:, [1, 3]] = np.clip(boxes[:, [1, 3]], 0, h)
+    boxes[:, 2] = np.maximum(boxes[:, 2], boxes[:, 0])
+    boxes[:, 3] = np.maximum(boxes[:, 3], boxes[:, 1])
+    masks = np.zeros((0, h, w), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)[idx]
+    if masks.shape != (len(idx), h, w):
+        raise ValueError(f"RF-DETR masks have shape {masks.shape}, expected ({len(idx)}, {h}, {w})")
+    return Detections(tuple(names[int(i)] for i in ids[idx]), scores[idx], boxes, masks, shape_hw)
+
+
+class RFDETRDetector:
+    """Wraps an ``rfdetr`` segmentation model (``RFDETRSegXLarge`` for the paper)."""
+
+    def __init__(
+        self,
+        model: Any,
+        info: ModelInfo,
+        *,
+        floor: float = CURRENT.detection.prediction_floor,
+        shape: tuple[int, int] | None = None,
+    ) -> None:
+        """``model`` is an ``rfdetr.RFDETR`` instance; ``shape`` overrides its inference resolution (tests)."""
+        self.model = model
+        self.info = info
+        self.floor = floor
+        self.shape = shape
+        self.names = class_names_by_id()
+
+    @classmethod
+    def from_weights(
+        cls,
+        *,
+        device: str = "auto",
+        weights_dir: str | Path | None = None,
+        config: RuleConfig = CURRENT,
+        **_: Any,
+    ) -> RFDETRDetector:
+        """Load ``RFDETRSegXLarge`` from the weights cache (``negt2i weights fetch``)."""
+        from negt2i import weights
+        from negt2i.stages._torch import model_info, resolve_device
+
+        verified = weights.verify(BACKEND, weights_dir)
+        dev = resolve_device(device)
+        from rfdetr import RFDETRSegXLarge
+
+        model = RFDETRSegXLarge(pretrain_weights=str(verified.path("rf-detr-seg-xlarge.pt")), device=str(dev))
+        info = model_info("detector", BACKEND, MODEL, dist="rfdetr", device=dev, weights=verified)
+        return cls(model, info, floor=config.detection.prediction_floor)
+
+    def detect(self, images: Sequence[Image]) -> list[Detections]:
+        """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling."""
+        if not images:
+            return []
+        shapes = [check_image(im) for im in images]
+        kwargs: dict[str, Any] = {"threshold": self.floor, "include_source_image": False}
+        if self.shape is not None:
+            kwargs["shape"] = self.shape
+        preds = self.model.predict([np.ascontiguousarray(im) for im in images], **kwargs)
+        if not isinstance(preds, list):
+            preds = [preds]
+        return [
+            to_detections(p.class_id, p.confidence, p.xyxy, p.mask, hw, names=self.names, floor=self.floor)
+            for p, hw in zip(preds, shapes, strict=True)
+        ]
+
+
+register("detector", BACKEND, RFDETRDetector.from_weights)

@@ -1,0 +1,142 @@
+"""SigLIP 2 attribute scorer (``siglip2-so400m-378``): colour and material of instance crops.
+
+Appendix C.1 / Table 15: ``ViT-SO400M-14-SigLIP2-378`` (pretrained ``webli``,
+through ``open_clip``). Each instance is cropped to its mask's box with the
+pixels outside the detector mask filled with gray ``#999`` (no SAM), and scored
+against one text prompt per answer as 100 x the cosine similarity of the image
+and text embeddings. Text embeddings are cached per (class, answers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from negt2i.config import CURRENT, RuleConfig
+from negt2i.perception import mask_to_xyxy
+from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.common import check_image, masked_crop
+from negt2i.stages.registry import register
+
+BACKEND: Final = "siglip2-so400m-378"
+MODEL: Final = "ViT-SO400M-14-SigLIP2-378/webli"
+
+TEMPLATE: Final = "a photo of {article} {value} {class_name}."
+"""Text prompt per answer, e.g. ``a photo of an orange cup.`` or ``a photo of a wooden chair.``."""
+
+
+def text_prompt(value: str, class_name: str) -> str:
+    """The text prompt for one answer of one class."""
+    article = "an" if value[:1].lower() in "aeiou" else "a"
+    return TEMPLATE.format(article=article, value=value, class_name=class_name)
+
+
+def crops(image: Image, masks: NDArray[np.bool_]) -> list[Image]:
+    """One gray-filled crop per mask, cut to the mask's tight box (the whole image for an empty mask)."""
+    hw = check_image(image)
+    out = []
+    for mask in masks:
+        box = mask_to_xyxy(mask)
+        if box[2] <= box[0]:
+            box = (0.0, 0.0, float(hw[1]), float(hw[0]))
+        out.append(masked_crop(image, box, mask))
+    return out
+
+
+class SigLIPScorer:
+    """Wraps an ``open_clip`` model, its evaluation transform and tokenizer."""
+
+    def __init__(
+        self,
+        model: Any,
+        preprocess: Callable[[Any], Any],
+        tokenizer: Callable[[list[str]], Any],
+        info: ModelInfo,
+        *,
+        batch_size: int = 16,
+    ) -> None:
+        import torch
+
+        self.model = model.eval()
+        self.preprocess = preprocess
+        self.tokenizer = tokenizer
+        self.info = info
+        self.device = next(model.parameters()).device
+        self.batch_size = batch_size
+        self._text_cache: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}
+
+    @classmethod
+    def from_weights(
+        cls,
+        *,
+        device: str = "auto",
+        weights_dir: str | Path | None = None,
+        config: RuleConfig = CURRENT,
+        **_: Any,
+    ) -> SigLIPScorer:
+        """Load SigLIP 2 SO400M/14 at 378 px from the weights cache (``negt2i weights fetch``)."""
+        import open_clip
+
+        from negt2i import weights
+        from negt2i.stages._torch import model_info, resolve_device
+
+        verified = weights.verify(BACKEND, weights_dir)
+        dev = resolve_device(device)
+        source = f"local-dir:{verified.folder}"
+        model, _, preprocess = open_clip.create_model_and_transforms(source, device=dev)
+        tokenizer = open_clip.get_tokenizer(source)
+        return cls(
+            model,
+            preprocess,
+            tokenizer,
+            model_info("attributes", BACKEND, MODEL, dist="open_clip_torch", device=dev, weights=verified),
+        )
+
+    def text_embeddings(self, class_name: str, answers: Sequence[str]) -> Any:
+        """Unit-norm text embeddings (len(answers), D) for one class, cached."""
+        import torch
+        import torch.nn.functional as F
+
+        key = (class_name, tuple(answers))
+        if key not in self._text_cache:
+            tokens = self.tokenizer([text_prompt(a, class_name) for a in answers]).to(self.device)
+            with torch.inference_mode():
+                self._text_cache[key] = F.normalize(self.model.encode_text(tokens).float(), dim=-1)
+        return self._text_cache[key]
+
+    def score(
+        self,
+        image: Image,
+        masks: NDArray[np.bool_],
+        class_names: Sequence[str],
+        answers: Sequence[str],
+    ) -> NDArray[np.float32]:
+        """Scores (K, len(answers)): 100 x cosine(crop, prompt) per instance and answer."""
+        import torch
+        import torch.nn.functional as F
+        from PIL import Image as PILImage
+
+        hw = check_image(image)
+        masks = np.asarray(masks, dtype=bool)
+        if masks.ndim != 3 or masks.shape[1:] != hw or masks.shape[0] != len(class_names):
+            raise ValueError(f"masks have shape {masks.shape}, expected ({len(class_names)}, {hw[0]}, {hw[1]})")
+        out = np.zeros((len(class_names), len(answers)), dtype=np.float32)
+        if not len(class_names) or not answers:
+            return out
+        pixels = [self.preprocess(PILImage.fromarray(c)) for c in crops(image, masks)]
+        for start in range(0, len(pixels), self.batch_size):
+            batch = torch.stack(pixels[start : start + self.batch_size]).to(self.device)
+            with torch.inference_mode():
+                feats = F.normalize(self.model.encode_image(batch).float(), dim=-1)
+            for j in range(feats.shape[0]):
+                k = start + j
+                text = self.text_embeddings(class_names[k], answers)
+                out[k] = (100.0 * feats[j] @ text.T).cpu().numpy()
+        return out
+
+
+register("attributes", BACKEND, SigLIPScorer.from_weights)

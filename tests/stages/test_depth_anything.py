@@ -1,0 +1,90 @@
+"""Depth-Anything V2 backend: a tiny random DepthAnything built offline, real processor and resizing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from negt2i.stages.base import DepthEstimator, ModelInfo  # noqa: E402
+from negt2i.stages.depth_anything_backend import DepthAnythingEstimator, resize_disparity  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def estimator() -> DepthAnythingEstimator:
+    from transformers import DepthAnythingConfig, DepthAnythingForDepthEstimation, Dinov2Config, DPTImageProcessor
+
+    torch.manual_seed(0)
+    backbone = Dinov2Config(
+        image_size=28,
+        patch_size=14,
+        hidden_size=32,
+        num_hidden_layers=4,
+        num_attention_heads=2,
+        intermediate_size=64,
+        out_indices=[1, 2, 3, 4],
+        reshape_hidden_states=False,
+    )
+    config = DepthAnythingConfig(
+        backbone_config=backbone,
+        patch_size=14,
+        reassemble_hidden_size=32,
+        neck_hidden_sizes=[8, 8, 16, 16],
+        fusion_hidden_size=16,
+        head_hidden_size=8,
+    )
+    model = DepthAnythingForDepthEstimation(config)
+    # the published preprocessor config, at a tiny input size
+    processor = DPTImageProcessor(
+        size={"height": 42, "width": 42},
+        keep_aspect_ratio=True,
+        ensure_multiple_of=14,
+        resample=3,
+        image_mean=[0.485, 0.456, 0.406],
+        image_std=[0.229, 0.224, 0.225],
+    )
+    info = ModelInfo(stage="depth", backend="depth-anything-v2-small", model="tiny-random")
+    return DepthAnythingEstimator(model, processor, info, batch_size=2)
+
+
+def test_disparity_at_image_size_grouped_by_shape(estimator):
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, s, dtype=np.uint8) for s in ((40, 56, 3), (30, 30, 3), (40, 56, 3), (40, 56, 3))]
+    assert isinstance(estimator, DepthEstimator)
+    maps = estimator.disparity(images)
+    assert [m.shape for m in maps] == [(40, 56), (30, 30), (40, 56), (40, 56)]
+    assert all(m.dtype == np.float32 and np.isfinite(m).all() for m in maps)
+    # same result image by image (batching and grouping do not change outputs)
+    one = estimator.disparity([images[1]])[0]
+    scale = float(np.abs(maps[1]).max())
+    assert scale > 0
+    np.testing.assert_allclose(one, maps[1], rtol=1e-3, atol=1e-4 * scale)
+    # deterministic for the same call
+    np.testing.assert_array_equal(estimator.disparity(images[:1])[0], estimator.disparity(images[:1])[0])
+
+
+def test_disparity_matches_the_processor_post_processing(estimator):
+    image = np.random.default_rng(1).integers(0, 255, (33, 47, 3), dtype=np.uint8)
+    inputs = estimator.processor(images=[image], return_tensors="pt")
+    with torch.inference_mode():
+        outputs = estimator.model(**inputs)
+    ref = estimator.processor.post_process_depth_estimation(outputs, target_sizes=[(33, 47)])[0]["predicted_depth"]
+    ref = ref.numpy()
+    np.testing.assert_allclose(estimator.disparity([image])[0], ref, rtol=1e-5, atol=1e-6 * float(np.abs(ref).max()))
+
+
+def test_resize_disparity_known_outputs():
+    const = torch.full((2, 5, 7), 3.5)
+    out = resize_disparity(const, (11, 13))
+    assert out.shape == (2, 11, 13) and out.dtype == np.float32
+    np.testing.assert_allclose(out, 3.5, rtol=1e-6)
+    ramp = torch.arange(4, dtype=torch.float32).repeat(4, 1)[None]  # columns 0..3
+    up = resize_disparity(ramp, (4, 8))[0]
+    assert np.all(np.diff(up[:, 1:-1], axis=1) > 0)  # still increasing left to right
+    np.testing.assert_allclose(resize_disparity(ramp, (4, 4))[0], ramp[0].numpy(), atol=1e-6)  # identity size
+
+
+def test_empty_call(estimator):
+    assert estimator.disparity([]) == []

@@ -1,0 +1,124 @@
+"""SigLIP 2 backend: gray-filled crops, text prompts, caching, and a tiny open_clip model built offline."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from negt2i.stages.common import GRAY_FILL, box_to_pixels, masked_crop
+from negt2i.stages.siglip_backend import crops, text_prompt
+
+torch = pytest.importorskip("torch")
+open_clip = pytest.importorskip("open_clip")
+
+from negt2i.stages.base import AttributeScorer, ModelInfo  # noqa: E402
+from negt2i.stages.siglip_backend import SigLIPScorer  # noqa: E402
+
+TINY = {
+    # the SigLIP 2 layout (sigmoid logit bias, no causal mask, last-token pooling) at toy sizes; no
+    # hf_tokenizer_name and no "siglip" in the name, so open_clip's bundled tokenizer is used (no download)
+    "embed_dim": 32,
+    "init_logit_bias": -10,
+    "custom_text": True,
+    "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "patch_size": 8, "head_width": 32},
+    "text_cfg": {
+        "context_length": 16,
+        "vocab_size": 49408,
+        "width": 32,
+        "heads": 2,
+        "layers": 2,
+        "no_causal_mask": True,
+        "proj_bias": True,
+        "pool_type": "last",
+    },
+}
+
+
+def test_masked_crop_fills_outside_the_mask_with_gray():
+    image = np.arange(6 * 8 * 3, dtype=np.uint8).reshape(6, 8, 3)
+    mask = np.zeros((6, 8), bool)
+    mask[2, 3] = mask[3, 4] = True
+    crop = masked_crop(image, (2.5, 1.2, 5.0, 4.0), mask)
+    assert crop.shape == (3, 3, 3)  # rows 1..3, cols 2..4 (box edges rounded outward)
+    np.testing.assert_array_equal(crop[1, 1], image[2, 3])
+    np.testing.assert_array_equal(crop[2, 2], image[3, 4])
+    keep = np.zeros((3, 3), bool)
+    keep[1, 1] = keep[2, 2] = True
+    assert (crop[~keep] == np.array(GRAY_FILL, np.uint8)).all()
+    assert GRAY_FILL == (0x99, 0x99, 0x99)
+
+
+def test_box_to_pixels_clips_and_never_empties():
+    assert box_to_pixels((-3.0, -1.0, 100.0, 4.2), (10, 20)) == (0, 0, 20, 5)
+    assert box_to_pixels((5.0, 5.0, 5.0, 5.0), (10, 20)) == (5, 5, 6, 6)
+    assert box_to_pixels((19.5, 9.5, 30.0, 30.0), (10, 20)) == (19, 9, 20, 10)
+
+
+def test_crops_cut_to_the_mask_box():
+    image = np.full((10, 12, 3), 7, np.uint8)
+    masks = np.zeros((2, 10, 12), bool)
+    masks[0, 2:5, 3:9] = True
+    out = crops(image, masks)  # second mask is empty: the whole image, all gray
+    assert out[0].shape == (3, 6, 3) and (out[0] == 7).all()
+    assert out[1].shape == (10, 12, 3) and (out[1] == 0x99).all()
+
+
+def test_text_prompts():
+    assert text_prompt("red", "cup") == "a photo of a red cup."
+    assert text_prompt("orange", "tv remote") == "a photo of an orange tv remote."
+    assert text_prompt("wooden", "chair") == "a photo of a wooden chair."
+
+
+@pytest.fixture(scope="module")
+def scorer(tmp_path_factory) -> SigLIPScorer:
+    path = tmp_path_factory.mktemp("cfg") / "negt2i-tiny-sl2.json"
+    path.write_text(json.dumps(TINY))
+    open_clip.add_model_config(path)
+    torch.manual_seed(0)
+    model, _, preprocess = open_clip.create_model_and_transforms("negt2i-tiny-sl2", pretrained=None)
+    tokenizer = open_clip.get_tokenizer("negt2i-tiny-sl2")
+    info = ModelInfo(stage="attributes", backend="siglip2-so400m-378", model="tiny-random")
+    return SigLIPScorer(model, preprocess, tokenizer, info, batch_size=2)
+
+
+def test_scores_are_100_cosine_of_gray_filled_crops(scorer):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)
+    masks = np.zeros((3, 48, 64), bool)
+    masks[0, 5:20, 5:30] = True
+    masks[1, 20:40, 30:60] = True
+    masks[2, 0:48, 0:10] = True
+    answers = ("red", "blue", "gray")
+    assert isinstance(scorer, AttributeScorer)
+    scores = scorer.score(image, masks, ["cup", "cup", "bowl"], answers)
+    assert scores.shape == (3, 3) and scores.dtype == np.float32
+    assert (np.abs(scores) <= 100.0 + 1e-3).all()
+    with torch.inference_mode():
+        for k, (crop, name) in enumerate(zip(crops(image, masks), ["cup", "cup", "bowl"], strict=True)):
+            img = scorer.model.encode_image(scorer.preprocess(Image.fromarray(crop))[None])
+            txt = scorer.model.encode_text(scorer.tokenizer([text_prompt(a, name) for a in answers]))
+            cos = torch.nn.functional.cosine_similarity(img, txt)
+            np.testing.assert_allclose(scores[k], 100 * cos.numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_text_embeddings_are_cached_per_class(scorer):
+    calls = []
+    real = scorer.tokenizer
+    scorer.tokenizer = lambda texts: calls.append(list(texts)) or real(texts)
+    try:
+        image = np.zeros((16, 16, 3), np.uint8)
+        masks = np.ones((2, 16, 16), bool)
+        scorer.score(image, masks, ["vase", "vase"], ("glass", "metal"))
+        scorer.score(image, masks, ["vase", "vase"], ("glass", "metal"))
+    finally:
+        scorer.tokenizer = real
+    assert calls == [["a photo of a glass vase.", "a photo of a metal vase."]]
+
+
+def test_no_instances(scorer):
+    out = scorer.score(np.zeros((8, 8, 3), np.uint8), np.zeros((0, 8, 8), bool), [], ("red",))
+    assert out.shape == (0, 1)
