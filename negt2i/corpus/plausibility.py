@@ -14,8 +14,9 @@ Reading a row (``_row(group, size, height, ground, colors, materials)``):
   fruit); ``a metal sandwich`` is not, so metal is absent from the sandwich row.
   Gray is never requested (vocab), so gray animals list the colors they can still
   be shown in.
-- ``size``: the object's largest dimension as a tier, 1 tiny (< 15 cm), 2 small
-  (< 50 cm), 3 medium (< 1.2 m), 4 large (< 3 m), 5 huge.
+- ``size``: the object's usual largest dimension as a tier, 1 tiny (hand-held,
+  up to about 20 cm: cutlery, phones, fruit), 2 small (< 50 cm), 3 medium
+  (< 1.2 m), 4 large (< 3 m), 5 huge.
 - ``height``: the same tiers for its usual vertical extent.
 - ``ground``: heavy things that stand on the ground (most vehicles, large
   animals, large furniture and appliances, street fixtures).
@@ -102,11 +103,11 @@ TABLE: Final[dict[str, ClassTraits]] = {
     "truck":             _row(V, 5, 4, G, "all",                                      "wooden metal plastic"),
     "boat":              _row(V, 5, 4, G, "all",                                      "wooden metal plastic"),
     "traffic light":     _row(S, 3, 4, N, "red yellow green black white",             "metal plastic"),
-    "fire hydrant":      _row(S, 2, 2, G, "red orange yellow green blue black white", "metal plastic"),
-    "stop sign":         _row(S, 2, 3, N, "red yellow blue black white",              "wooden metal plastic"),
-    "parking meter":     _row(S, 2, 3, G, "red yellow green blue black white",        "metal plastic"),
-    "bench":             _row(U, 4, 2, G, "red yellow green blue brown black white",  "wooden metal plastic"),
-    "bird":              _row(A, 1, 1, N, "all",                                      "all"),
+    "fire hydrant":      _row(S, 3, 3, G, "red orange yellow green blue black white", "metal plastic"),
+    "stop sign":         _row(S, 3, 4, N, "red yellow blue black white",              "wooden metal plastic"),
+    "parking meter":     _row(S, 4, 4, G, "red yellow green blue black white",        "metal plastic"),
+    "bench":             _row(U, 4, 3, G, "red yellow green blue brown black white",  "wooden metal plastic"),
+    "bird":              _row(A, 2, 2, N, "all",                                      "all"),
     "cat":               _row(A, 2, 2, N, "orange brown black white",                 "all"),
     "dog":               _row(A, 3, 2, N, "orange yellow brown black white",          "all"),
     "horse":             _row(A, 4, 4, G, "brown black white",                        "all"),
@@ -116,7 +117,7 @@ TABLE: Final[dict[str, ClassTraits]] = {
     "bear":              _row(A, 4, 4, G, "brown black white",                        "all"),
     "zebra":             _row(A, 4, 4, G, "brown black white",                        "all"),
     "giraffe":           _row(A, 5, 5, G, "orange yellow brown white",                "all"),
-    "backpack":          _row(C, 3, 2, N, "all",                                      "plastic"),
+    "backpack":          _row(C, 2, 2, N, "all",                                      "plastic"),
     "umbrella":          _row(C, 3, 3, N, "all",                                      "wooden metal plastic"),
     "handbag":           _row(C, 2, 2, N, "all",                                      "wooden metal plastic"),
     "tie":               _row(C, 2, 2, N, "all",                                      "wooden plastic"),
@@ -132,7 +133,7 @@ TABLE: Final[dict[str, ClassTraits]] = {
     "surfboard":         _row(P, 4, 3, N, "all",                                      "wooden plastic"),
     "tennis racket":     _row(P, 3, 3, N, "all",                                      "wooden metal plastic"),
     "bottle":            _row(K, 2, 2, N, "all",                                      "metal plastic glass"),
-    "wine glass":        _row(K, 1, 2, N, "all",                                      "metal plastic glass"),
+    "wine glass":        _row(K, 2, 2, N, "all",                                      "metal plastic glass"),
     "cup":               _row(K, 1, 1, N, "all",                                      "all"),
     "fork":              _row(K, 1, 1, N, "all",                                      "wooden metal plastic"),
     "knife":             _row(K, 1, 1, N, "all",                                      "wooden metal plastic"),
@@ -170,7 +171,7 @@ TABLE: Final[dict[str, ClassTraits]] = {
     "vase":              _row(H, 2, 2, N, "all",                                      "all"),
     "scissors":          _row(H, 1, 1, N, "all",                                      "metal plastic"),
     "teddy bear":        _row(H, 2, 2, N, "all",                                      "wooden plastic glass"),
-    "hair drier":        _row(H, 2, 1, N, "all",                                      "metal plastic"),
+    "hair drier":        _row(H, 2, 2, N, "all",                                      "metal plastic"),
     "toothbrush":        _row(H, 1, 1, N, "all",                                      "wooden plastic"),
 }  # fmt: skip
 """One row per benchmark class (the 79 COCO classes without ``person``)."""
