@@ -56,5 +56,5 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{row[0]:<{width}}  " + " ".join(f"{v:>7}" for v in row[1:]))
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(str(p.relative_to(args.out)) for p in written))
     return 3 if args.strict and report["warnings"] else 0

@@ -1,13 +1,13 @@
 """Report plots (matplotlib, Agg backend, no display): heatmap, polarity gap, failure causes, model comparison.
 
 Each function takes the dict of ``negt2i.metrics.report.build_report`` and returns a
-``matplotlib.figure.Figure``; ``report_figures`` renders them to base64 PNGs for
-the self-contained HTML page. Requires the ``reports`` extra (matplotlib).
+``matplotlib.figure.Figure``; ``report_figures`` renders them to PNG bytes (embedded
+as base64 in the HTML page and written to ``plots/``). Requires the ``reports``
+extra (matplotlib).
 """
 
 from __future__ import annotations
 
-import base64
 import io
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -175,17 +175,17 @@ def to_png(fig: Figure, dpi: int = 110) -> bytes:
     return buf.getvalue()
 
 
-def report_figures(report: dict[str, Any], *, max_heatmaps: int = 12) -> list[tuple[str, str]]:
-    """(caption, base64 PNG) for every plot of the HTML report."""
-    out: list[tuple[str, str]] = []
+def report_figures(report: dict[str, Any], *, max_heatmaps: int = 12) -> list[tuple[str, str, bytes]]:
+    """(caption, file name, PNG bytes) for every plot of the report."""
+    out: list[tuple[str, str, bytes]] = []
 
-    def add(caption: str, fig: Figure) -> None:
-        out.append((caption, base64.b64encode(to_png(fig)).decode("ascii")))
+    def add(caption: str, filename: str, fig: Figure) -> None:
+        out.append((caption, filename, to_png(fig)))
 
     if len(report["models"]) > 1:
-        add("Overall image accuracy per model", comparison(report))
-    add("Image accuracy per setting, grouped by statement load", polarity_gap(report))
-    for name in list(report["models"])[:max_heatmaps]:
-        add(f"{name}: image accuracy by category x setting", heatmap(report, name))
-    add("Failed statements by cause (pooled over models)", failure_bars(report))
+        add("Overall image accuracy per model", "comparison.png", comparison(report))
+    add("Image accuracy per setting, grouped by statement load", "polarity-gap.png", polarity_gap(report))
+    for k, name in enumerate(list(report["models"])[:max_heatmaps]):
+        add(f"{name}: image accuracy by category x setting", f"heatmap-{k + 1}.png", heatmap(report, name))
+    add("Failed statements by cause (pooled over models)", "failures.png", failure_bars(report))
     return out

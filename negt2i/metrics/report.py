@@ -12,11 +12,13 @@ from and warns when they disagree. ``write_report`` writes:
 - ``report.json``: every number (fractions in [0, 1]; ``null`` where undefined);
 - ``table3.csv``, ``accuracy.csv``, ``failures.csv``, ``row_failures.csv``,
   ``dead_zone.csv``, ``paired.csv`` (percentages);
-- ``report.md`` and ``report.html`` (self-contained: CSS inline, plots as base64 PNG).
+- ``report.md`` and ``report.html`` (self-contained: CSS inline, plots as base64 PNG);
+- ``plots/*.png``: the same plots as files.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import glob
 import hashlib
@@ -716,7 +718,11 @@ def write_report(report: dict[str, Any], out: str | Path, *, plots: bool = True)
     if plots:
         from negt2i.metrics import plots as plotting
 
-        figures = plotting.report_figures(report)
+        (out / "plots").mkdir(exist_ok=True)
+        for caption, filename, png in plotting.report_figures(report):
+            (out / "plots" / filename).write_bytes(png)
+            written.append(out / "plots" / filename)
+            figures.append((caption, base64.b64encode(png).decode("ascii")))
     (out / "report.html").write_text(render_html(report, figures), encoding="utf-8")
     written.append(out / "report.html")
     return written

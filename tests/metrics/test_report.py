@@ -52,6 +52,7 @@ def test_every_output_is_written_and_names_its_inputs(report_dir: Path, files: d
     names = sorted(p.name for p in report_dir.iterdir())
     assert names == sorted(
         [
+            "plots",
             "report.json",
             "table3.csv",
             "accuracy.csv",
