@@ -45,17 +45,17 @@ def register(sub: Any) -> None:
     b.add_argument("--seed", type=int, default=0, help="balancing seed (default 0, the committed corpus)")
     b.add_argument("--selector", choices=("table", "llm"), default="table",
                    help="plausibility selector: the offline table (default) or an OpenAI-compatible LLM")  # fmt: skip
-    b.add_argument("--per-cell", type=int, default=PROMPTS_PER_CELL, help="prompts per category x setting")
+    b.add_argument("--per-cell", type=_positive, default=PROMPTS_PER_CELL, help="prompts per category x setting")
     b.add_argument("--categories", default=",".join(c.value for c in CATEGORIES),
                    help="comma-separated categories (default: all six)")  # fmt: skip
-    b.add_argument("--target-pool", type=int, default=DEFAULT_TARGET_POOL,
+    b.add_argument("--target-pool", type=_positive, default=DEFAULT_TARGET_POOL,
                    help="relation targets are drawn from this many least-used candidates")  # fmt: skip
     llm = b.add_argument_group("LLM selector (--selector llm)")
     llm.add_argument("--llm-url", default=DEFAULT_URL, help=f"API root of the chat endpoint (default {DEFAULT_URL})")
     llm.add_argument("--llm-model", default=DEFAULT_MODEL, help=f"model name (default {DEFAULT_MODEL})")
     llm.add_argument("--llm-cache", type=Path, default=DEFAULT_LLM_CACHE, help="answer cache directory")
-    llm.add_argument("--llm-pool-size", type=int, default=13, help="candidate targets per relation request")
-    llm.add_argument("--llm-concurrency", type=int, default=8, help="parallel requests")
+    llm.add_argument("--llm-pool-size", type=_positive, default=13, help="candidate targets per relation request")
+    llm.add_argument("--llm-concurrency", type=_positive, default=8, help="parallel requests")
     llm.add_argument("--llm-retries", type=int, default=2, help="retries of a malformed answer")
     llm.add_argument("--llm-offline", action="store_true", help="use only the cache; a miss is an error")
     llm.add_argument("--llm-no-json-mode", action="store_true", help="do not send response_format=json_object")
@@ -63,7 +63,9 @@ def register(sub: Any) -> None:
 
     v = psub.add_parser("validate", help="check a corpus file against the benchmark's invariants")
     v.add_argument("file", help="corpus JSONL")
-    v.add_argument("--per-cell", type=int, default=PROMPTS_PER_CELL, help="expected prompts per category x setting")
+    v.add_argument(
+        "--per-cell", type=_positive, default=PROMPTS_PER_CELL, help="expected prompts per category x setting"
+    )
     v.add_argument("--partial", action="store_true", help="skip the whole-corpus counts and class coverage")
     v.set_defaults(func=_validate)
 
@@ -73,8 +75,18 @@ def register(sub: Any) -> None:
     s.set_defaults(func=_stats)
 
 
+def _positive(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _categories(text: str) -> tuple[Category, ...]:
     names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise SystemExit("error: --categories names no category")
     try:
         return tuple(Category(n) for n in names)
     except ValueError:

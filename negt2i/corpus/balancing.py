@@ -10,7 +10,6 @@ object counts against.
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from typing import TypeVar
 
@@ -62,9 +61,4 @@ def off_even(counts: Sequence[int], n: int) -> int:
     return sum(abs(a - b) for a, b in zip(observed, target, strict=True)) // 2
 
 
-def counts_of(counter: Counter[T], items: Sequence[T]) -> list[int]:
-    """``counter``'s counts for ``items`` in order (0 for unused items)."""
-    return [counter[i] for i in items]
-
-
-__all__ = ["counts_of", "least_used", "most_even", "off_even", "random_ranks"]
+__all__ = ["least_used", "most_even", "off_even", "random_ranks"]

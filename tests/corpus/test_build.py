@@ -201,3 +201,22 @@ def test_write_corpus_writes_jsonl_and_metadata(tmp_path: Path) -> None:
     assert (tmp_path / "sub" / "d.meta.json").exists()
     assert meta["categories"] == ["depth"] and meta["prompts"] == 24
     assert meta["selector"]["name"] == "table" and len(meta["selector"]["table_sha256"]) == 64
+
+
+def test_cli_build_table_and_argument_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from negt2i.cli import corpus_cmd
+
+    parser = argparse.ArgumentParser()
+    corpus_cmd.register(parser.add_subparsers())
+    out = tmp_path / "p.jsonl"
+    args = parser.parse_args(["corpus", "build", "--out", str(out), "--categories", "proximity", "--per-cell", "4"])
+    assert args.func(args) == 0
+    assert [p.id for p in read_prompts(out)][:2] == ["proximity-pos1_neg0-000", "proximity-pos1_neg0-001"]
+    assert "wrote 32 prompts" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        parser.parse_args(["corpus", "build", "--out", str(out), "--per-cell", "0"])
+    args = parser.parse_args(["corpus", "build", "--out", str(out), "--categories", "color,shape"])
+    with pytest.raises(SystemExit, match="unknown category in 'color,shape'"):
+        args.func(args)
