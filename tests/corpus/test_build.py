@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from negt2i.cli import corpus_cmd
 from negt2i.corpus import plausibility
 from negt2i.corpus.build import (
     SETTING_NAMES,
@@ -204,10 +206,6 @@ def test_write_corpus_writes_jsonl_and_metadata(tmp_path: Path) -> None:
 
 
 def test_cli_build_table_and_argument_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import argparse
-
-    from negt2i.cli import corpus_cmd
-
     parser = argparse.ArgumentParser()
     corpus_cmd.register(parser.add_subparsers())
     out = tmp_path / "p.jsonl"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 
 import pytest
 
@@ -34,8 +35,6 @@ def test_off_even(counts: list[int], n: int, off: int) -> None:
 
 
 def test_least_used_refuses_sets_and_breaks_ties_by_seed() -> None:
-    import random
-
     with pytest.raises(TypeError, match="not a set"):
         least_used({"a", "b"}, lambda x: (0,), random.Random(0))  # type: ignore[arg-type]
     picks = {least_used(["a", "b", "c"], lambda x: (0,), random.Random(s))[0] for s in range(30)}
