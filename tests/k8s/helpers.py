@@ -193,6 +193,13 @@ def _direction_allows(
     return False
 
 
+def ingress_allowed(
+    policies: list[dict[str, Any]], src: Endpoint, dst: Endpoint, port: int, protocol: str = "TCP"
+) -> bool:
+    """Whether ``dst``'s ingress rules alone admit ``src`` (whatever ``src``'s own egress rules say)."""
+    return _direction_allows(policies, dst, src, port, protocol, "Ingress")
+
+
 def connection_allowed(
     policies: list[dict[str, Any]], src: Endpoint, dst: Endpoint, port: int, protocol: str = "TCP"
 ) -> bool:

@@ -6,6 +6,7 @@ No Docker engine runs here; the images themselves are built by `make images` els
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tomllib
@@ -180,6 +181,8 @@ def test_make_target_builds_the_image_the_manifests_run(name: str) -> None:
     result = subprocess.run(
         ["make", "-n", "--no-print-directory", f"image-{name}", "REVISION=test"],
         cwd=REPO,
+        # The Makefile's defaults are under test, not a CI job's VERSION or REGISTRY.
+        env={k: v for k, v in os.environ.items() if k not in ("VERSION", "REGISTRY", "REVISION", "MAKEFLAGS")},
         check=False,
         capture_output=True,
         text=True,

@@ -22,6 +22,7 @@ from tests.k8s.helpers import (
     by_kind,
     connection_allowed,
     containers,
+    ingress_allowed,
     key,
     pod_specs,
     rendered,
@@ -267,6 +268,7 @@ def test_network_policies_let_only_the_orchestrator_reach_the_stages(overlay: st
     orchestrator = Endpoint(_labels(objs, "Deployment", "orchestrator"))
     prometheus = Endpoint({"app.kubernetes.io/name": "prometheus"}, namespace="monitoring")
     stranger_here = Endpoint({"app": "debug"})
+    same_app = Endpoint({"app.kubernetes.io/part-of": "negt2ibench", "app.kubernetes.io/name": "debug"})
     stranger_elsewhere = Endpoint({"app.kubernetes.io/name": "orchestrator"}, namespace="other")
     internet = Endpoint(namespace=None, ip="203.0.113.7")
     dns = Endpoint({"k8s-app": "kube-dns"}, namespace="kube-system")
@@ -277,8 +279,10 @@ def test_network_policies_let_only_the_orchestrator_reach_the_stages(overlay: st
         assert not connection_allowed(policies, orchestrator, pod, 22)
         assert connection_allowed(policies, prometheus, pod, STAGE_PORT)  # /metrics for the HPA
         other_stage = Endpoint(_labels(objs, "Deployment", "depth" if stage != "depth" else "detector"))
-        for intruder in (sweep, fetch, stranger_here, stranger_elsewhere, other_stage):
+        for intruder in (sweep, fetch, stranger_here, stranger_elsewhere, other_stage, same_app):
             assert not connection_allowed(policies, intruder, pod, STAGE_PORT), (intruder, stage)
+            # Also by the stage's ingress rules alone, not only thanks to the intruder's egress rules.
+            assert not ingress_allowed(policies, intruder, pod, STAGE_PORT), (intruder, stage)
         # Stages need no egress but DNS: weights come from the volume.
         assert not connection_allowed(policies, pod, internet, 443)
         assert not connection_allowed(policies, pod, orchestrator, ORCHESTRATOR_PORT)
@@ -286,8 +290,15 @@ def test_network_policies_let_only_the_orchestrator_reach_the_stages(overlay: st
 
     # Sweep pods reach the orchestrator; nobody else in or out of the namespace does.
     assert connection_allowed(policies, sweep, orchestrator, ORCHESTRATOR_PORT)
-    for intruder in (stranger_here, stranger_elsewhere, prometheus, Endpoint(_labels(objs, "Deployment", "detector"))):
+    for intruder in (
+        stranger_here,
+        stranger_elsewhere,
+        prometheus,
+        same_app,
+        Endpoint(_labels(objs, "Deployment", "detector")),
+    ):
         assert not connection_allowed(policies, intruder, orchestrator, ORCHESTRATOR_PORT), intruder
+        assert not ingress_allowed(policies, intruder, orchestrator, ORCHESTRATOR_PORT), intruder
     assert not connection_allowed(policies, orchestrator, internet, 443)
     assert not connection_allowed(policies, sweep, internet, 443)
 
