@@ -208,7 +208,7 @@ def render_agreement_markdown(a: dict[str, Any]) -> str:
 
 
 def write_agreement(a: dict[str, Any], out: str | Path) -> list[Path]:
-    """``agreement.json``, ``agreement.md``, ``agreement_images.csv`` and ``agreement_elements.csv`` in ``out``."""
+    """``agreement.json``, ``agreement.md`` and the CSVs (images, elements, inputs) in ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(a, out / "agreement.json")
@@ -283,7 +283,21 @@ def write_agreement(a: dict[str, Any], out: str | Path) -> list[Path]:
             for name, s in e["evaluators"].items()
         ),
     )
-    return [out / n for n in ("agreement.json", "agreement.md", "agreement_images.csv", "agreement_elements.csv")]
+    inp = a["inputs"]
+    _write_csv(
+        out / "agreement_inputs.csv",
+        ["kind", "name", "detail", "lines"],
+        [
+            ["labels", inp["labels"]["path"], f"sha256:{inp['labels']['sha256']}", ""],
+            *(["results", r["path"], f"sha256:{r['sha256']}", ""] for r in inp["results"]),
+            *(["judges", j["path"], f"sha256:{j['sha256']}", ""] for j in inp["judges"]),
+            *(["rule_config", c["name"], f"digest:{c['digest']}", c["lines"]] for c in inp["configs"]),
+            *(["stage_model", m["stage"], m["model"], m["lines"]] for m in inp["models"]),
+            *(["warning", "", w, ""] for w in a["warnings"]),
+        ],
+    )
+    names = ("agreement.json", "agreement.md", "agreement_images.csv", "agreement_elements.csv", "agreement_inputs.csv")
+    return [out / n for n in names]
 
 
 __all__ = ["OURS", "agreement_tables", "render_agreement_markdown", "run_agreement", "write_agreement"]

@@ -11,7 +11,8 @@ from and warns when they disagree. ``write_report`` writes:
 
 - ``report.json``: every number (fractions in [0, 1]; ``null`` where undefined);
 - ``table3.csv``, ``accuracy.csv``, ``failures.csv``, ``row_failures.csv``,
-  ``dead_zone.csv``, ``paired.csv`` (percentages);
+  ``dead_zone.csv``, ``paired.csv`` (percentages), and ``inputs.csv`` (results files,
+  rule configs, stage models, evaluator versions and warnings behind every table);
 - ``report.md`` and ``report.html`` (self-contained: CSS inline, plots as base64 PNG);
 - ``plots/*.png``: the same plots as files.
 """
@@ -492,7 +493,8 @@ def markdown_table(t: Table) -> str:
             for g, n, start in _group_starts(t.groups)
             if g
         ]
-        lines += ["Columns: " + "; ".join(spans) + ".", ""]
+        text = "Columns: " + "; ".join(spans)
+        lines += [text if text.endswith(".") else text + ".", ""]
     lines.append("| " + " | ".join(t.columns) + " |")
     lines.append("|" + "|".join(["---"] + ["---:"] * (len(t.columns) - 1)) + "|")
     for i, row in enumerate(t.rows):
@@ -618,7 +620,29 @@ def write_csvs(report: dict[str, Any], out: Path) -> list[Path]:
         _write_csv(path, header, rows)
         written.append(path)
 
-    emit("table3.csv", ["model", *cols], ([n, *(r[c] for c in cols)] for n, r in report["comparison"]["rows"].items()))
+    def configs(name: str) -> str:
+        return " ".join(f"{c['name']}@{c['digest']}" for c in report["inputs"][name]["configs"])
+
+    emit(
+        "table3.csv",
+        ["model", *cols, "rule_configs"],
+        ([n, *(r[c] for c in cols), configs(n)] for n, r in report["comparison"]["rows"].items()),
+    )
+
+    def input_rows() -> Iterable[list[Any]]:
+        for name, inp in report["inputs"].items():
+            for f in inp["files"]:
+                yield [name, "results", f["path"], f"sha256:{f['sha256']}", f["lines"]]
+            for c in inp["configs"]:
+                yield [name, "rule_config", c["name"], f"digest:{c['digest']}", c["lines"]]
+            for md in inp["models"]:
+                yield [name, "stage_model", md["stage"], md["model"], md["lines"]]
+            for v, n in inp["evaluator_versions"].items():
+                yield [name, "evaluator", "negt2i", v, n]
+        for w in report["warnings"]:
+            yield ["", "warning", "", w, ""]
+
+    emit("inputs.csv", ["model", "kind", "name", "detail", "lines"], input_rows())
 
     def acc_rows() -> Iterable[list[Any]]:
         for name, m in report["models"].items():

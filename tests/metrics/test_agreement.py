@@ -289,6 +289,8 @@ def test_agreement_command_writes_json_markdown_and_csv(
         .startswith("evaluator,n,tp,tn,fp,fn,kappa_pct")
     )
     assert "NegT2IBench" in capsys.readouterr().out
+    inputs = (tmp_path / "out" / "agreement_inputs.csv").read_text()
+    assert f"labels,{labels},sha256:" in inputs and "rule_config,current,digest:" in inputs
     assert (
         main(
             [

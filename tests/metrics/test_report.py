@@ -53,6 +53,7 @@ def test_every_output_is_written_and_names_its_inputs(report_dir: Path, files: d
     assert names == sorted(
         [
             "plots",
+            "inputs.csv",
             "report.json",
             "table3.csv",
             "accuracy.csv",
@@ -95,6 +96,11 @@ def test_comparison_marks_the_best_model_per_column(report_dir: Path) -> None:
     with (report_dir / "table3.csv").open() as fh:
         rows = list(csv.DictReader(fh))
     assert [r["model"] for r in rows] == ["A", "B"] and float(rows[1]["depth"]) == 50.0
+    assert rows[1]["rule_configs"] == f"previous@{PREVIOUS.digest()}"
+    with (report_dir / "inputs.csv").open() as fh:
+        inputs = list(csv.DictReader(fh))
+    assert {"results", "rule_config", "stage_model", "evaluator", "warning"} == {r["kind"] for r in inputs}
+    assert any(r["model"] == "B" and r["kind"] == "rule_config" and r["name"] == "previous" for r in inputs)
 
 
 def test_paired_differences_against_the_first_model(report_dir: Path) -> None:
