@@ -237,6 +237,8 @@ def build_study(labels: Sequence[LabelRow], rows: Iterable[ImageRow], judges: Se
     """Align labels with verdicts (and judge answers); every label must name a judged image and element."""
     by_name: dict[str, ImageRow] = {}
     for row in rows:
+        if row.filename in by_name:
+            raise AgreementInputError(f"{row.where}: image {row.filename!r} is also at {by_name[row.filename].where}")
         by_name[row.filename] = row
         by_name.setdefault(row.key, row)
     warnings: list[str] = []
@@ -336,8 +338,12 @@ def _add_judges(study: Study, judges: Sequence[JudgeRow]) -> None:
         group[key] = j
     n = len(study.images)
     negated = np.array([b == "negated" for b in study.element_block])
+    labelled = set(study.images)
     for (judge, mode), answers in sorted(groups.items()):
         name = f"{judge} ({mode})"
+        extra = {im for im, _ in answers} - labelled
+        if extra:
+            study.warnings.append(f"{name} answers {len(extra)} images that are not labelled (ignored)")
         if mode == "whole":
             missing = [im for im in study.images if (im, "prompt") not in answers]
             if missing:

@@ -255,7 +255,10 @@ def parse_line(rec: Mapping[str, Any], *, source: str = "<memory>", line: int = 
 
 
 def iter_rows(path: str | Path) -> Iterator[ImageRow]:
-    """Rows of a results file, in file order (a torn last line is skipped by ``read_results``)."""
+    """Rows of a results file, in file order, each knowing its line number (a torn last line is skipped by
+    ``read_results``, blank lines are ignored)."""
     source = str(path)
-    for lineno, rec in enumerate(read_results(path), start=1):
+    with Path(path).open(encoding="utf-8") as fh:
+        numbers = [i for i, line in enumerate(fh, start=1) if line.strip()]
+    for lineno, rec in zip(numbers, read_results(path), strict=False):
         yield parse_line(rec, source=source, line=lineno)

@@ -166,8 +166,9 @@ def _model_warnings(m: ModelResults, metrics: dict[str, Any]) -> list[str]:
             )
         )
     if metrics["unscorable_prompts"]:
+        n = len(metrics["unscorable_prompts"])
         out.append(
-            f"{m.name}: {len(metrics['unscorable_prompts'])} prompts have only error lines without category / setting"
+            f"{m.name}: {n} prompts have no category or setting (no statements, or only error lines); not scored"
         )
     return out
 

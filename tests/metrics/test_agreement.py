@@ -246,6 +246,11 @@ def test_inconsistent_studies_are_rejected(rows: list[ImageRow]) -> None:
         build_study([*labels, *(LabelRow("img0.png", "statement:3", w, True, None, "l:99") for w in "abc")], rows)
     with pytest.raises(AgreementInputError, match=r"every image needs the same number of annotators, got \[2, 3\]"):
         build_study([x for x in labels if not (x.image == "img1.png" and x.annotator == "c")], rows)
+    with pytest.raises(AgreementInputError, match=r"image 'img0.png' is also at"):
+        build_study(labels, [*rows, rows[0]])
+    extra = [JudgeRow("J", "whole", f"img{i}.png", "prompt", 1.0, "j") for i in range(4)]
+    study = build_study(labels, rows, [*extra, JudgeRow("J", "whole", "unlabelled.png", "prompt", 1.0, "j")])
+    assert study.warnings == ["J (whole) answers 1 images that are not labelled (ignored)"]
     with pytest.raises(
         AgreementInputError, match=r"J \(pos\) has no answer for 7 labelled elements, e.g. img0.png statement:0"
     ):

@@ -72,3 +72,14 @@ def test_error_line_cannot_be_correct() -> None:
 def test_setting_helpers() -> None:
     assert setting_label("pos2_neg1") == "2:1" and setting_load("pos2_neg1") == 3
     assert setting_label("odd") == "odd" and setting_load("odd") is None
+
+
+def test_line_numbers_skip_blank_lines(tmp_path: Path) -> None:
+    prompt = parse_prompt(_directional_prompt())
+    verdict = judge(prompt, perception(["backpack", "cup"], [rect(40, 40, 20, 20), rect(40, 41, 20, 20)]))
+    line = json.dumps(ok_record(verdict, filename="a.png", sample=0, models={}))
+    bad = json.dumps({"status": "ok", "filename": "b.png"})
+    path = tmp_path / "r.jsonl"
+    path.write_text(f"{line}\n\n{bad}\n")
+    with pytest.raises(ResultsFormatError, match=rf"{path}:3: missing field 'prompt_id'"):
+        list(iter_rows(path))
