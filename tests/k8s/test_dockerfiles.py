@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -202,3 +203,48 @@ def test_make_target_builds_the_image_the_manifests_run(name: str) -> None:
         for c in o["spec"]["template"]["spec"]["containers"]
     }
     assert f"negt2i/{name}:{VERSION}" in images
+
+
+IMAGE_MODULES = {
+    # The gRPC server, and the client commands the Jobs run (`negt2i submit`, `negt2i report`:
+    # their command modules import these lazily).
+    "orchestrator": [
+        "orchestrator.server",
+        "negt2i.cli",
+        "negt2i.client",
+        "negt2i.evaluate",
+        "negt2i.metrics.report",
+        "matplotlib.pyplot",
+    ],
+    # The BentoML services, and `negt2i weights fetch` (the weights-fetch Job runs this image).
+    "detector": ["services.common", *(f"services.{s}.service" for s in STAGES), "negt2i.cli", "negt2i.weights"],
+}
+
+
+@pytest.mark.parametrize("name", IMAGE_MODULES)
+def test_the_image_installs_everything_its_code_imports(name: str) -> None:
+    # The requirements exactly as the Dockerfile computes them, then an import of the code
+    # with every package outside their closure blocked (tests/k8s/import_closure.py).
+    runs = " ".join(args for ins, args in instructions(DOCKERFILES[name]) if ins == "RUN")
+    found = re.search(r"requirements\.py --pyproject /build/pyproject\.toml ([^>]*)> /build/requirements\.txt", runs)
+    assert found, "the dependency RUN no longer matches this test"
+    requirements = subprocess.run(
+        [sys.executable, "docker/requirements.py", *found.group(1).split()],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    result = subprocess.run(
+        [sys.executable, "tests/k8s/import_closure.py", json.dumps(requirements), json.dumps(IMAGE_MODULES[name])],
+        cwd=REPO,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    blocked = set(json.loads(result.stdout.strip().splitlines()[-1]))
+    assert "pytest" in blocked  # the check is live: dev tools are not in any image
+    if name == "orchestrator":
+        assert {"torch", "bentoml"} <= blocked  # and the orchestrator image stays small

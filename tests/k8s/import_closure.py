@@ -1,0 +1,86 @@
+"""Import modules as an image would: only the distributions its requirements pull in are importable.
+
+Run as a subprocess by test_dockerfiles.py, from the repository root:
+
+    python tests/k8s/import_closure.py REQUIREMENTS_JSON MODULES_JSON
+
+REQUIREMENTS_JSON is what docker/requirements.py prints for the image (a JSON list);
+their transitive closure is computed from the installed distributions' metadata.
+Every other third-party top-level module is blocked, so an import the image could not
+satisfy fails here as ModuleNotFoundError. Prints the blocked top-level names (JSON).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.metadata as md
+import json
+import re
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from packaging.requirements import Requirement
+
+PROJECT_MODULES = {"negt2i", "orchestrator", "services"}
+"""Our own code, copied into every image."""
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def closure(requirements: Sequence[str]) -> set[str]:
+    """Normalised names of the distributions ``requirements`` install (with extras and markers)."""
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    todo = [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        key = (_norm(req.name), tuple(sorted(req.extras)))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dist = md.distribution(req.name)
+        except md.PackageNotFoundError:
+            continue
+        for line in dist.requires or []:
+            sub = Requirement(line)
+            if sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in ("", *req.extras)):
+                todo.append(sub)
+    return {name for name, _ in seen}
+
+
+class _Blocker(importlib.abc.MetaPathFinder):
+    def __init__(self, blocked: set[str]) -> None:
+        self.blocked = blocked
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        top = fullname.partition(".")[0]
+        if top in self.blocked:
+            raise ModuleNotFoundError(f"No module named {top!r} (not installed in this image)", name=top)
+        return None
+
+
+def main(argv: Sequence[str]) -> int:
+    requirements, modules = json.loads(argv[0]), json.loads(argv[1])
+    installed = closure(requirements)
+    blocked = {
+        top
+        for top, dists in md.packages_distributions().items()
+        if top not in PROJECT_MODULES and not any(_norm(d) in installed for d in dists)
+    }
+    sys.path.insert(0, ".")
+    sys.meta_path.insert(0, _Blocker(blocked))
+    for module in modules:
+        importlib.import_module(module)
+    print(json.dumps(sorted(blocked)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
