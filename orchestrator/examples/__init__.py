@@ -1,0 +1,1 @@
+"""Examples of calling the orchestrator from a generator."""

@@ -1,0 +1,85 @@
+"""The BentoML stage services as real processes: health, readiness, info, metrics, conformance."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from negt2i.cli import main
+from negt2i.conformance import run_checks
+from tests.services.live import REPO, Proc, free_port
+
+pytestmark = pytest.mark.xdist_group("services")
+
+
+@pytest.mark.parametrize("stage", ["detector", "segmenter", "attributes", "depth"])
+def test_health_info_and_metrics(stage_procs: dict[str, Proc], stage: str):
+    url = stage_procs[stage].url
+    assert httpx.get(f"{url}/livez", trust_env=False).status_code == 200
+    assert httpx.get(f"{url}/readyz", trust_env=False).status_code == 200
+    info = httpx.get(f"{url}/info", trust_env=False).json()
+    assert info["contract"] == "negt2i.v1" and info["ready"] is True
+    assert info["model"] == {
+        "stage": stage, "backend": "synthetic", "model": "synthetic-palette-v1",
+        "library": info["model"]["library"], "device": "cpu", "dtype": "float32",
+    }  # fmt: skip
+    assert int(info["limits"]["max_request_bytes"]) == 8 << 20
+    metrics = httpx.get(f"{url}/metrics", trust_env=False).text
+    assert "# TYPE" in metrics and "bentoml_service" in metrics
+
+
+@pytest.mark.parametrize("stage", ["detector", "segmenter", "attributes", "depth"])
+def test_conformance_passes_on_our_services(stage_procs: dict[str, Proc], stage: str, capsys):
+    assert main(["conformance", stage, stage_procs[stage].url]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and "the service conforms" in out
+
+
+def test_request_limits_and_errors(stage_procs: dict[str, Proc]):
+    url = f"{stage_procs['detector'].url}/detect"
+    assert httpx.post(url, content=b"x" * ((8 << 20) + 1), trust_env=False).status_code == 413
+    assert (
+        httpx.post(url, json={"items": [{"image": {"data": 5}}]}, trust_env=False).json()[0]["error"]["status"] == 400
+    )
+    assert httpx.post(url, json={"wrong": []}, trust_env=False).status_code == 400
+
+
+@pytest.fixture
+def broken_stage(tmp_path: Path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.services.fake_stage", "broken", str(port)], cwd=REPO,
+                            start_new_session=True)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):
+            try:
+                httpx.get(f"{url}/livez", trust_env=False, timeout=1)
+                break
+            except httpx.HTTPError:
+                import time
+
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def test_conformance_fails_on_a_broken_service(broken_stage: str, capsys):
+    assert main(["conformance", "detector", broken_stage]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] GET /info" in out and "contract 'v0'" in out
+    assert "[FAIL] POST /detect: one valid item" in out and "JSON array" in out
+    checks = {c.name: c for c in run_checks("detector", broken_stage)}
+    assert not checks["GET /metrics"].passed
+    assert not checks["POST /detect: a bad item fails alone (400)"].passed
+    assert checks["GET /readyz"].passed
+
+
+def test_conformance_reports_an_unreachable_service(capsys):
+    assert main(["conformance", "depth", f"http://127.0.0.1:{free_port()}", "--timeout", "2"]) == 1
+    assert "nothing answered" in capsys.readouterr().err
