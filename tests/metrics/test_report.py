@@ -163,3 +163,10 @@ def test_strict_mode_and_input_errors(
     assert "baseline 'C' is not one of the models (a, b)" in capsys.readouterr().err
     with pytest.raises(ValueError, match="model 'A' lists the same file twice"):
         parse_inputs([f"A={files['a']}", f"A={files['a']}"])
+
+
+def test_commands_are_registered() -> None:
+    from negt2i.cli import build_parser
+
+    help_text = build_parser().format_help()
+    assert "report" in help_text and "agreement" in help_text

@@ -191,3 +191,10 @@ def test_fleiss_kappa_errors() -> None:
         fleiss_kappa([[1, 0], [0, 1]])
     with pytest.raises(ValueError, match="non-empty"):
         fleiss_kappa(np.zeros((0, 2)))
+
+
+def test_fleiss_kappa_matches_statsmodels_when_installed() -> None:
+    inter_rater = pytest.importorskip("statsmodels.stats.inter_rater")
+    rng = np.random.default_rng(5)
+    table = rng.multinomial(4, [0.5, 0.3, 0.2], size=30)
+    assert fleiss_kappa(table) == pytest.approx(inter_rater.fleiss_kappa(table, method="fleiss"), abs=1e-12)
