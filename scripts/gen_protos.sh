@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Regenerate the Python protobuf / gRPC stubs of protos/negt2i/v1 into negt2i/wire/v1 and lint the protos.
+# tests/protos fails when the committed stubs differ from what this produces.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+"$PY" -m negt2i.wire.codegen
+"$PY" -m negt2i.wire.lint
