@@ -75,7 +75,7 @@ def parse_inputs(specs: Sequence[str]) -> list[tuple[str, list[Path]]]:
     files: dict[str, list[Path]] = {}
     for spec in specs:
         name, sep, path = spec.partition("=")
-        if not sep:
+        if not sep or Path(spec).is_file():  # an existing file whose name contains "=" is a PATH
             name, path = Path(spec).stem, spec
         if not name:
             raise ValueError(f"{spec!r}: empty model name (use NAME=PATH)")
