@@ -68,6 +68,19 @@ class _Blocker(importlib.abc.MetaPathFinder):
 
 def main(argv: Sequence[str]) -> int:
     requirements, modules = json.loads(argv[0]), json.loads(argv[1])
+    missing = []
+    for line in requirements:
+        try:
+            md.distribution(Requirement(line).name)
+        except md.PackageNotFoundError:
+            missing.append(line)
+    if missing:
+        print(
+            f"not installed in this environment: {', '.join(missing)}; the image check needs the same "
+            "extras as the image: `make setup` installs dev, models, serving and reports",
+            file=sys.stderr,
+        )
+        return 3
     installed = closure(requirements)
     blocked = {
         top
