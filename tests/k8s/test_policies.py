@@ -363,3 +363,17 @@ def test_the_adapter_rules_serve_the_metric_the_hpas_read() -> None:
             "prometheus.io/port": str(STAGE_PORT),
             "prometheus.io/path": "/metrics",
         }
+
+
+def test_the_orchestrators_concurrency_lets_every_stage_hpa_reach_its_maximum() -> None:
+    # In-flight stage calls come only from the orchestrators, at most NEGT2I_STAGE_CONCURRENCY
+    # per orchestrator pod and stage; an HPA target the orchestrators can never load would
+    # leave maxReplicas unreachable.
+    objs = rendered("overlays/gpu")
+    config = next(o for o in objs if o["metadata"]["name"].startswith("negt2i-config-"))["data"]
+    hpas = by_kind(objs, "HorizontalPodAutoscaler")
+    most_in_flight = int(config["NEGT2I_STAGE_CONCURRENCY"]) * hpas["orchestrator"]["spec"]["minReplicas"]
+    for stage in STAGES:
+        (metric,) = hpas[stage]["spec"]["metrics"]
+        target = int(metric["pods"]["target"]["averageValue"])
+        assert most_in_flight / target >= hpas[stage]["spec"]["maxReplicas"], stage
