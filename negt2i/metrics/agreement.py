@@ -35,7 +35,8 @@ References and scores (Appendix B.1, B.2)
 - H. inter-annotator: each annotator slot (annotators of an image in sorted order) is scored against
   the strict majority of the other m - 1 (with m = 3: satisfied only when both others say so), and the
   statistic is averaged over the m slots;
-- Fleiss' kappa and the unanimous share on the raw answers, per block of elements.
+- Fleiss' kappa and the unanimous share on the raw answers, per block of elements;
+- the negated-question probe (Table 10) of judges answering in both ``pos`` and ``neg`` modes.
 
 Statistics come from ``negt2i.metrics.stats``; intervals are percentile intervals of a bootstrap that
 resamples images (the elements of an image stay together), with one set of draws shared by every
@@ -198,6 +199,8 @@ class Decisions:
     image_binary: Bool
     image_score: Float
     element_binary: Bool | None = None
+    element_p_yes: Float | None = None
+    """A judge's probability of "yes" per element, as asked (for the negated-question probe)."""
 
 
 @dataclass(slots=True)
@@ -363,7 +366,7 @@ def _add_judges(study: Study, judges: Sequence[JudgeRow]) -> None:
         el = p_correct > 0.5
         binary, _ = per_image(el, study.element_image, n)
         _, score = per_image(p_correct, study.element_image, n)
-        study.evaluators[name] = Decisions(binary, score, el)
+        study.evaluators[name] = Decisions(binary, score, el, p_yes)
 
 
 def human_reference(satisfied: Bool, element_image: NDArray[np.intp], n_images: int) -> tuple[Bool, Bool, Float]:
@@ -488,11 +491,38 @@ def analyze(study: Study, *, n_resamples: int = 1000, seed: int = 0, confidence:
         "image_level": image_level,
         "inter_annotator": _loo(study, all_images, all_elements),
         "differences": _differences(study, replicates, image_level, confidence),
+        "negation_probe": negation_probe(study),
         "by_setting": _breakdown(study, study.setting, ref_bin, ref_score, setting_order),
         "by_category": _breakdown(study, study.category, ref_bin, ref_score, category_order),
         "element_level": element_level,
         "warnings": list(study.warnings),
     }
+
+
+def negation_probe(study: Study) -> dict[str, Any]:
+    """Table 10, for each judge answering in both ``pos`` and ``neg`` modes, over the negated statements.
+
+    flip = share of negated statements whose yes / no answer (p_yes > 0.5) changes between the affirmative and
+    the negated wording; complementarity error = mean |p_pos + p_neg - 1| (0 when the answers are complementary).
+    """
+    negated = np.array([b == "negated" for b in study.element_block])
+    out: dict[str, Any] = {}
+    for name, dec in study.evaluators.items():
+        if not name.endswith(" (pos)"):
+            continue
+        judge = name[: -len(" (pos)")]
+        neg = study.evaluators.get(f"{judge} (neg)")
+        if neg is None or dec.element_p_yes is None or neg.element_p_yes is None or not negated.any():
+            continue
+        p_pos, p_neg = dec.element_p_yes[negated], neg.element_p_yes[negated]
+        out[judge] = {
+            "n": int(negated.sum()),
+            "flip": float(np.mean((p_pos > 0.5) != (p_neg > 0.5))),
+            "complementarity_error": float(np.mean(np.abs(p_pos + p_neg - 1.0))),
+            "called_correct_pos": float(dec.image_binary.mean()),
+            "called_correct_neg": float(neg.image_binary.mean()),
+        }
+    return out
 
 
 def _annotators(study: Study, mask: Bool) -> dict[str, Any]:

@@ -115,6 +115,26 @@ def agreement_tables(a: dict[str, Any]) -> list[Table]:
                 drows,
             )
         )
+    if a["negation_probe"]:
+        tables.append(
+            Table(
+                "Negated-question probe, over negated statements (Table 10)",
+                ["Judge", "n", "Flip (%)", "Compl. err.", "Called corr. pos. (%)", "Called corr. neg. (%)"],
+                [
+                    [
+                        j,
+                        str(p["n"]),
+                        pct(p["flip"]),
+                        f"{p['complementarity_error']:.3f}",
+                        pct(p["called_correct_pos"]),
+                        pct(p["called_correct_neg"]),
+                    ]
+                    for j, p in a["negation_probe"].items()
+                ],
+                note="Flip: share of negated statements whose yes / no answer changes between the affirmative and the "
+                "negated wording; Compl. err.: mean |p_pos + p_neg - 1|.",
+            )
+        )
     for key, title, label in (
         ("by_setting", "Agreement by polarity setting: κ / Kendall τ (Table 11)", setting_label),
         ("by_category", "Agreement by category: κ / Kendall τ (Table 12)", category_label),

@@ -127,6 +127,16 @@ def test_judge_modes_map_answers_to_the_expected_answer(rows: list[ImageRow]) ->
         "J (neg) - J (pos)",
     }
     assert out["differences"]["J (neg) - J (pos)"]["kappa"] == {"value": 0.0, "interval": [0.0, 0.0]}
+    # every negated statement flips (0.2 -> 0.8) and the two answers are complementary
+    assert out["negation_probe"] == {
+        "J": {
+            "n": 4,
+            "flip": 1.0,
+            "complementarity_error": pytest.approx(0.0),
+            "called_correct_pos": 1.0,
+            "called_correct_neg": 1.0,
+        }
+    }
 
 
 def test_breakdowns_and_intervals_on_a_synthetic_study() -> None:
@@ -150,6 +160,7 @@ def test_breakdowns_and_intervals_on_a_synthetic_study() -> None:
         lo, hi = s["interval"]["kappa"]
         assert lo <= s["kappa"] <= hi, name
     assert out["elements"]["statements"] == out["elements"]["affirmative"] + out["elements"]["negated"]
+    assert 0.5 < out["negation_probe"]["synthetic-judge"]["flip"] < 0.9  # 30% of negated questions answered blindly
     assert json.dumps(out) == json.dumps(analyze(study, n_resamples=200, seed=3))  # seeded (NaN-safe comparison)
 
 
