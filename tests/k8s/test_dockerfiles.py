@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.helpers import ORCHESTRATOR_PORT, REPO, STAGE_PORT, STAGES, by_kind, hadolint, rendered
+from tests.k8s.helpers import ORCHESTRATOR_PORT, REPO, STAGE_PORT, STAGES, by_kind, hadolint, rendered, tool
 
 STAGE_DOCKERFILES = {stage: REPO / "services" / stage / "Dockerfile" for stage in STAGES}
 DOCKERFILES = {**STAGE_DOCKERFILES, "orchestrator": REPO / "orchestrator" / "Dockerfile"}
@@ -180,7 +180,7 @@ def test_copied_files_exist_and_pass_the_dockerignore() -> None:
 @pytest.mark.parametrize("name", DOCKERFILES)
 def test_make_target_builds_the_image_the_manifests_run(name: str) -> None:
     result = subprocess.run(
-        ["make", "-n", "--no-print-directory", f"image-{name}", "REVISION=test"],
+        [tool("make", "GNU make, from the system"), "-n", "--no-print-directory", f"image-{name}", "REVISION=test"],
         cwd=REPO,
         # The Makefile's defaults are under test, not a CI job's VERSION or REGISTRY.
         env={k: v for k, v in os.environ.items() if k not in ("VERSION", "REGISTRY", "REVISION", "MAKEFLAGS")},
