@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test lint typecheck unit bench clean
+.PHONY: setup test lint typecheck unit bench bench-pipeline evaluate weights clean
 
 setup:
 	@scripts/setup.sh
@@ -22,6 +22,22 @@ test: lint typecheck unit
 
 bench: setup
 	$(BIN)/python benchmarks/bench_judge.py
+
+# Per-stage and full-pipeline images/s on CPU with the real architectures (random weights; minutes).
+bench-pipeline: setup
+	$(BIN)/python benchmarks/bench_pipeline.py
+
+# The main job: judge generated images (GenEval layout folder or JSONL manifest), resumable.
+#   make evaluate IMAGES=path/to/images OUT=results.jsonl [ARGS="--device cuda --limit 100"]
+OUT ?= results.jsonl
+ARGS ?=
+evaluate: setup
+	@test -n "$(IMAGES)" || { echo "usage: make evaluate IMAGES=folder-or-manifest [OUT=results.jsonl] [ARGS=...]" >&2; exit 2; }
+	$(BIN)/negt2i evaluate "$(IMAGES)" --out "$(OUT)" $(ARGS)
+
+# Download the four models' weights into NEGT2I_WEIGHTS_DIR (default ~/.cache/negt2i/weights).
+weights: setup
+	$(BIN)/negt2i weights fetch
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
