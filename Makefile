@@ -15,7 +15,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 unit: setup
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 --dist loadgroup -q
 
 # The README's test command: lint, strict types on negt2i/, and the whole test suite.
 test: lint typecheck unit

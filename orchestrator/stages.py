@@ -38,6 +38,7 @@ from negt2i.wire.v1 import common_pb2, stages_pb2
 
 RETRY_STATUS: Final = frozenset({502, 503, 504})
 BUSY_STATUS: Final = frozenset({429, 503})
+_JSON: Final = {"content-type": "application/json"}
 
 
 class StageCallError(Exception):
@@ -168,10 +169,14 @@ class RemoteStages:
                 timeout = min(self.call_timeout_s, left)
                 retry_reason: str
                 try:
-                    r = await self.client.post(
-                        url, content=body, headers={"content-type": "application/json"}, timeout=timeout
+                    # httpx's timeout bounds each network operation; wait_for bounds the whole call
+                    r = await asyncio.wait_for(
+                        self.client.post(
+                            url, content=body, headers={"content-type": "application/json"}, timeout=timeout
+                        ),
+                        timeout,
                     )
-                except httpx.TimeoutException:
+                except (httpx.TimeoutException, TimeoutError):
                     if deadline - time.monotonic() <= 0:
                         raise StageCallError("DEADLINE_EXCEEDED", stage, f"no answer within {timeout:.1f} s") from None
                     retry_reason = f"timed out after {timeout:.1f} s"
@@ -265,9 +270,7 @@ class RemoteStages:
 
     async def depth(self, image: bytes, shape_hw: tuple[int, int], deadline: float) -> NDArray[np.float32]:
         """Disparity (H, W) float32."""
-        item = adapter.to_json(
-            stages_pb2.DepthItem(image=adapter.image_to_proto(image), encoding=self.depth_encoding)  # type: ignore[arg-type]
-        )
+        item = adapter.to_json(stages_pb2.DepthItem(image=adapter.image_to_proto(image), encoding=self.depth_encoding))
         msg = self._parse("depth", await self.call("depth", item, deadline), stages_pb2.DepthResult)
         try:
             return adapter.depth_result_map(msg, shape_hw)

@@ -39,7 +39,7 @@ def diffusers_generator(
     model_dir: str, steps: int = 2
 ) -> Callable[[Prompt, dict[str, Any]], bytes]:  # pragma: no cover
     """A diffusers pipeline loaded from a local folder (no network)."""
-    from diffusers import DiffusionPipeline
+    from diffusers import DiffusionPipeline  # type: ignore[import-not-found]  # optional
 
     pipe = DiffusionPipeline.from_pretrained(model_dir, local_files_only=True)
 

@@ -1,0 +1,149 @@
+"""The orchestrator's stage client against an in-process HTTP transport: retries, backoff, deadlines,
+queue limits and the mapping of stage answers to gRPC status codes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
+from negt2i.wire import adapter
+from orchestrator.settings import DEFAULT_URLS, Settings
+from orchestrator.stages import RemoteStages, StageCallError
+
+IMAGE = render_scene([SceneObject("cup", (4, 4, 20, 20))], (32, 32))
+PNG = adapter.encode_png(IMAGE)
+RESULT = adapter.to_json(adapter.detections_to_proto(SyntheticDetector().detect([IMAGE])[0]))
+
+
+def _stages(handler, **kw) -> RemoteStages:
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return RemoteStages(DEFAULT_URLS, client=client, backoff_s=0.01, **kw)
+
+
+def _detect(stages: RemoteStages, budget: float = 5.0):
+    async def run():
+        try:
+            return await stages.detect(PNG, (32, 32), time.monotonic() + budget)
+        finally:
+            await stages.close()
+
+    return asyncio.run(run())
+
+
+def test_retries_after_503_then_succeeds():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(json.loads(request.content))
+        return httpx.Response(503) if len(calls) < 3 else httpx.Response(200, json=[RESULT])
+
+    stages = _stages(handler)
+    det = _detect(stages)
+    assert det.class_names == ("cup",) and len(calls) == 3
+    assert calls[0]["items"][0]["image"]["data"]  # the PNG, base64
+    assert stages.wire.calls["detector"] == 3 and stages.wire.received["detector"] > 0
+
+
+@pytest.mark.parametrize(
+    ("response", "code"),
+    [
+        (httpx.Response(503), "RESOURCE_EXHAUSTED"),
+        (httpx.Response(502), "UNAVAILABLE"),
+        (httpx.Response(413, text="too big"), "INVALID_ARGUMENT"),
+        (httpx.Response(400, text="bad"), "INTERNAL"),
+        (httpx.Response(200, json={"not": "a list"}), "INTERNAL"),
+        (httpx.Response(200, json=[RESULT, RESULT]), "INTERNAL"),
+        (httpx.Response(200, json=[{"error": {"status": 400, "message": "bad image", "field": "image"}}]),
+         "INVALID_ARGUMENT"),
+        (httpx.Response(200, json=[{"error": {"status": 500, "message": "model crashed"}}]), "INTERNAL"),
+        (httpx.Response(200, json=[{**RESULT, "height": 31}]), "INTERNAL"),
+    ],
+)  # fmt: skip
+def test_stage_answers_map_to_status_codes(response: httpx.Response, code: str):
+    with pytest.raises(StageCallError) as err:
+        _detect(_stages(lambda _r: response, retries=1))
+    assert err.value.code == code and err.value.stage == "detector"
+
+
+def test_connection_errors_are_unavailable_after_bounded_retries():
+    calls = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        raise httpx.ConnectError("refused", request=request)
+
+    with pytest.raises(StageCallError) as err:
+        _detect(_stages(handler, retries=2))
+    assert err.value.code == "UNAVAILABLE" and "unreachable" in err.value.message and len(calls) == 3
+
+
+def test_deadline_cuts_the_call_and_maps_to_deadline_exceeded():
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(5)
+        return httpx.Response(200, json=[RESULT])
+
+    start = time.monotonic()
+    with pytest.raises(StageCallError) as err:
+        _detect(_stages(slow), budget=0.3)
+    assert err.value.code == "DEADLINE_EXCEEDED" and time.monotonic() - start < 2
+
+
+def test_full_queue_is_resource_exhausted():
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(0.3)
+        return httpx.Response(200, json=[RESULT])
+
+    async def run() -> list[str]:
+        stages = _stages(slow, concurrency=1, queue=1)
+
+        async def one() -> str:
+            try:
+                await stages.detect(PNG, (32, 32), time.monotonic() + 5)
+                return "OK"
+            except StageCallError as exc:
+                return exc.code
+
+        try:
+            return list(await asyncio.gather(*(one() for _ in range(4))))
+        finally:
+            await stages.close()
+
+    assert sorted(asyncio.run(run())) == ["OK", "OK", "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"]
+
+
+def test_depth_encoding_is_requested_and_unpacked():
+    disp = np.linspace(0, 1, 32 * 32, dtype=np.float32).reshape(32, 32)
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        item = json.loads(request.content)["items"][0]
+        seen.append(item.get("encoding"))
+        enc = 2 if item.get("encoding") == "DEPTH_ENCODING_FLOAT32" else 1
+        return httpx.Response(200, json=[{"disparity": adapter.to_json(adapter.depth_to_proto(disp, enc))}])
+
+    async def run(encoding: str) -> np.ndarray:
+        stages = _stages(handler, depth_encoding=encoding)
+        try:
+            return await stages.depth(PNG, (32, 32), time.monotonic() + 5)
+        finally:
+            await stages.close()
+
+    assert (asyncio.run(run("float32")) == disp).all()
+    assert np.abs(asyncio.run(run("float16")) - disp).max() < 1e-3
+    assert seen == ["DEPTH_ENCODING_FLOAT32", "DEPTH_ENCODING_FLOAT16"]
+
+
+def test_settings_from_env_and_flags(monkeypatch):
+    env = {"NEGT2I_DETECTOR_URL": "http://det:3000/", "NEGT2I_STAGE_QUEUE": "3", "NEGT2I_PORT": "6000"}
+    s = Settings.from_env(env)
+    assert s.urls["detector"] == "http://det:3000" and s.urls["depth"] == DEFAULT_URLS["depth"]
+    assert s.stage_queue == 3 and s.port == 6000
+    monkeypatch.setenv("NEGT2I_RULES", "previous")
+    f = Settings.from_args(["--port", "7000", "--depth-url", "http://d:1", "--depth-encoding", "float32"])
+    assert (f.port, f.urls["depth"], f.rules, f.depth_encoding) == (7000, "http://d:1", "previous", "float32")
