@@ -377,3 +377,12 @@ def test_the_orchestrators_concurrency_lets_every_stage_hpa_reach_its_maximum() 
         (metric,) = hpas[stage]["spec"]["metrics"]
         target = int(metric["pods"]["target"]["averageValue"])
         assert most_in_flight / target >= hpas[stage]["spec"]["maxReplicas"], stage
+
+
+@pytest.mark.parametrize("overlay", [f"overlays/{o}" for o in OVERLAYS])
+def test_thread_pools_follow_each_containers_cpu_limit(overlay: str) -> None:
+    # torch / OpenBLAS default to the node's core count; above the CPU quota that only throttles.
+    for name, deployment in by_kind(rendered(overlay), "Deployment").items():
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        (threads,) = [e for e in container.get("env", []) if e["name"] == "OMP_NUM_THREADS"]
+        assert threads["valueFrom"] == {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}, name
