@@ -1,4 +1,4 @@
-"""Throughput of each perception stage and of the whole embedded pipeline, on CPU.
+"""Throughput of each perception stage and of the whole embedded pipeline, on CPU (or --device cuda).
 
 The real architectures with random weights (nothing is downloaded): RF-DETR-Seg-XL at
 its 624 px resolution, SAM 2.1 hiera-small at 1024 px, SigLIP 2 SO400M/14 at 378 px,
@@ -39,51 +39,54 @@ def _params(model: Any) -> float:
     return sum(p.numel() for p in model.parameters()) / 1e6
 
 
-def build_detector() -> Any:
+def build_detector(device: str) -> Any:
     from rfdetr import RFDETRSegXLarge
 
     from negt2i.stages.base import ModelInfo
     from negt2i.stages.rfdetr_backend import RFDETRDetector
 
-    model = RFDETRSegXLarge(pretrain_weights=None, device="cpu")
+    model = RFDETRSegXLarge(pretrain_weights=None, device=device)
     print(f"  RF-DETR-Seg-XL: {_params(model.model.model):.1f}M parameters, resolution {model.model_config.resolution}")
     return RFDETRDetector(model, ModelInfo(stage="detector", backend="rfdetr-seg-xl", model="RFDETRSegXLarge"))
 
 
-def build_segmenter() -> Any:
+def build_segmenter(device: str) -> Any:
     from negt2i.stages.base import ModelInfo
     from negt2i.stages.sam2_backend import SAM2Segmenter, build_model, make_predictor
 
-    model = build_model(None, "cpu")
+    model = build_model(None, device)
     print(f"  SAM 2.1 hiera-small: {_params(model):.1f}M parameters, input {model.image_size}")
     info = ModelInfo(stage="segmenter", backend="sam2.1-hiera-small", model="facebook/sam2.1-hiera-small")
     return SAM2Segmenter(make_predictor(model), info)
 
 
-def build_attributes() -> Any:
+def build_attributes(device: str) -> Any:
     import open_clip
     import torch
 
     from negt2i.stages.base import ModelInfo
     from negt2i.stages.siglip_backend import SigLIPScorer
 
-    model, _, preprocess = open_clip.create_model_and_transforms("ViT-SO400M-14-SigLIP2-378", pretrained=None)
+    model, _, preprocess = open_clip.create_model_and_transforms(
+        "ViT-SO400M-14-SigLIP2-378", pretrained=None, device=device
+    )
     print(f"  SigLIP 2 SO400M/14-378: {_params(model):.1f}M parameters")
 
     def tokenizer(texts: Sequence[str]) -> Any:
-        return torch.ones((len(texts), 64), dtype=torch.long)
+        return torch.ones((len(texts), 64), dtype=torch.long, device=device)
 
     info = ModelInfo(stage="attributes", backend="siglip2-so400m-378", model="ViT-SO400M-14-SigLIP2-378/webli")
     return SigLIPScorer(model, preprocess, tokenizer, info)
 
 
-def build_depth() -> Any:
+def build_depth(device: str) -> Any:
     from transformers import DepthAnythingConfig, DepthAnythingForDepthEstimation, DPTImageProcessor
 
     from negt2i.stages.base import ModelInfo
     from negt2i.stages.depth_anything_backend import DepthAnythingEstimator
 
     model = DepthAnythingForDepthEstimation(DepthAnythingConfig())  # the Small configuration
+    model.to(device)
     print(f"  Depth-Anything V2 Small: {_params(model):.1f}M parameters")
     processor = DPTImageProcessor(
         size={"height": 518, "width": 518},
@@ -136,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=4, help="images per stage (default 4)")
     parser.add_argument("--size", type=int, default=512, help="image side in pixels (default 512)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     args = parser.parse_args(argv)
     import torch
@@ -148,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.manual_seed(0)
     wanted = [s.strip() for s in args.stages.split(",") if s.strip()]
     print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads")
+    if args.device != "cpu":
+        print(f"device: {args.device} ({torch.cuda.get_device_name(torch.device(args.device))})")
     print(f"{args.images} images of {args.size}x{args.size} px, random weights, float32, batch = all images\n")
     images = scenes(args.images, args.size)
     built: dict[str, Any] = {}
@@ -155,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "depth": build_depth}  # fmt: skip
     for stage, build in builders.items():
         if stage in wanted or "pipeline" in wanted:
-            seconds, built[stage] = _timed(build)
+            seconds, built[stage] = _timed(lambda build=build: build(args.device))
             print(f"  built {stage} in {seconds:.1f} s")
     synthetic = SyntheticDetector().detect(images)
     rows: list[tuple[str, float, str]] = []
