@@ -277,3 +277,37 @@ def test_evaluate_api_limit(images: Path, tmp_path: Path):
     jobs = discover(images)
     summary = evaluate(jobs, tmp_path / "r.jsonl", Stages.create(SYNTH), limit=2, progress=False)
     assert (summary.total, summary.evaluated, summary.correct) == (2, 2, 1)
+
+
+class InterruptingDetector:
+    """The synthetic detector, interrupted (Ctrl-C) on its ``stop_at``-th call."""
+
+    def __init__(self, stop_at: int):
+        from negt2i.stages.synthetic import SyntheticDetector
+
+        self.inner = SyntheticDetector()
+        self.info = self.inner.info
+        self.calls = 0
+        self.stop_at = stop_at
+
+    def detect(self, images):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        return self.inner.detect(images)
+
+
+def test_interrupted_run_leaves_whole_lines_and_resumes_to_the_same_file(images: Path, tmp_path: Path):
+    jobs = discover(images)
+    full = tmp_path / "full.jsonl"
+    evaluate(jobs, full, Stages.create(SYNTH), batch_size=2, progress=False)
+    out = tmp_path / "r.jsonl"
+    stages = Stages.create(SYNTH)
+    stages.detector = InterruptingDetector(stop_at=3)  # dies during the third batch
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(jobs, out, stages, batch_size=2, progress=False)
+    text = out.read_text()
+    assert text.endswith("\n") and len(text.splitlines()) == 4  # two whole batches, nothing partial
+    summary = evaluate(jobs, out, Stages.create(SYNTH), batch_size=2, progress=False)
+    assert (summary.skipped, summary.evaluated) == (4, 3)
+    assert out.read_text() == full.read_text()
