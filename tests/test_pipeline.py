@@ -157,3 +157,38 @@ def test_stages_create_and_models():
 def test_prompt_image_count_mismatch():
     with pytest.raises(ValueError, match="2 prompts for 1 images"):
         Pipeline(Stages(SyntheticDetector())).run([_prompt("c", "color", ["cup"], _attr("blue"))] * 2, [SCENE])
+
+
+def _scene(a_box, b_box, a_value=None):
+    return render_scene([SceneObject("cup", a_box, value=a_value), SceneObject("dog", b_box)], (96, 96))
+
+
+# one row per category and polarity: (category, statement, scene, expected correct)
+ALL_CATEGORIES = [
+    ("color", _attr("green"), _scene((10, 10, 40, 40), (60, 60, 80, 80), "green"), True),
+    ("color", _attr("green", "negated"), _scene((10, 10, 40, 40), (60, 60, 80, 80), "green"), False),
+    ("material", _attr("wooden"), _scene((10, 10, 40, 40), (60, 60, 80, 80), "wooden"), True),
+    ("material", _attr("metal", "negated"), _scene((10, 10, 40, 40), (60, 60, 80, 80), "wooden"), True),
+    ("directional", _rel("above"), _scene((40, 5, 60, 25), (40, 60, 60, 80)), True),
+    ("directional", _rel("below", "negated"), _scene((40, 5, 60, 25), (40, 60, 60, 80)), True),
+    ("directional", _rel("left of"), _scene((40, 5, 60, 25), (40, 60, 60, 80)), False),  # straight above
+    ("proximity", _rel("near"), _scene((10, 40, 26, 56), (28, 40, 44, 56)), True),  # 2 px apart
+    ("proximity", _rel("far from", "negated"), _scene((10, 40, 26, 56), (28, 40, 44, 56)), True),
+    ("proximity", _rel("near"), _scene((2, 40, 18, 56), (70, 40, 86, 56)), False),
+    ("comparative", _rel("bigger than"), _scene((5, 5, 45, 45), (60, 60, 75, 75)), True),
+    ("comparative", _rel("shorter than", "negated"), _scene((5, 5, 45, 45), (60, 60, 75, 75)), True),
+    ("comparative", _rel("bigger than"), _scene((5, 5, 20, 20), (60, 60, 75, 75)), False),  # same size: dead zone
+    ("depth", _rel("in front of"), _scene((10, 60, 30, 90), (60, 10, 80, 30)), True),  # stands lower: closer
+    ("depth", _rel("behind", "negated"), _scene((10, 60, 30, 90), (60, 10, 80, 30)), True),
+    ("depth", _rel("behind"), _scene((10, 60, 30, 90), (60, 10, 80, 30)), False),
+]
+
+
+@pytest.mark.parametrize(("category", "statements", "image", "correct"), ALL_CATEGORIES)
+def test_every_category_end_to_end_on_synthetic_scenes(category, statements, image, correct):
+    include = ["cup"] if category in {"color", "material"} else ["cup", "dog"]
+    prompt = _prompt("p", category, include, statements)
+    stages = Stages.create(dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic"))
+    result = Pipeline(stages).run_one(prompt, image)
+    assert result.ok, result.error
+    assert result.verdict.correct is correct, result.verdict.reason
