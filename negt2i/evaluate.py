@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 import numpy as np
 
@@ -307,6 +307,16 @@ def _load_batch(batch: Sequence[Job]) -> list[Image | str]:
     return out
 
 
+def _lock_exclusively(fh: TextIO, path: Path) -> None:
+    """Hold an exclusive lock on the results file so two runs never append to it at once."""
+    import fcntl
+
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise EvaluateError(f"{path} is being written by another negt2i evaluate run") from None
+
+
 def _batches(jobs: Sequence[Job], size: int) -> Iterator[Sequence[Job]]:
     for start in range(0, len(jobs), size):
         yield jobs[start : start + size]
@@ -328,17 +338,18 @@ def evaluate(
     selected = list(jobs[:limit] if limit is not None else jobs)
     models = stages.models()
     out_path = Path(out)
-    done = resume_state(out_path, config, models)
-    todo = [job for job in selected if job.filename not in done]
-    summary = Summary(total=len(selected), skipped=len(selected) - len(todo))
     if out_path.parent != Path():
         out_path.parent.mkdir(parents=True, exist_ok=True)
     pipeline = Pipeline(stages, config)
     from tqdm import tqdm
 
-    bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="evaluate")
-    batches = list(_batches(todo, batch_size))
     with out_path.open("a", encoding="utf-8") as fh, ThreadPoolExecutor(max_workers=1) as pool:
+        _lock_exclusively(fh, out_path)
+        done = resume_state(out_path, config, models)
+        todo = [job for job in selected if job.filename not in done]
+        summary = Summary(total=len(selected), skipped=len(selected) - len(todo))
+        bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="evaluate")
+        batches = list(_batches(todo, batch_size))
         pending: Future[list[Image | str]] | None = pool.submit(_load_batch, batches[0]) if batches else None
         for k, batch in enumerate(batches):
             assert pending is not None  # submitted for every batch
@@ -357,19 +368,19 @@ def evaluate(
             by_index = dict(zip(ready, results, strict=True))
             for i, job in enumerate(batch):
                 item = loaded[i]
-                if isinstance(item, str):
-                    record = _error_line(job, item, config, models)
+                res = by_index.get(i)
+                if isinstance(item, str) or res is None:
+                    reason = item if isinstance(item, str) else "missing_metadata: no prompt for this image"
+                    record = _error_line(job, reason, config, models)
+                elif res.verdict is not None:
+                    record = ok_record(res.verdict, filename=job.filename, sample=job.sample, models=models)
+                    summary.correct += int(res.verdict.correct)
                 else:
-                    res = by_index[i]
-                    if res.verdict is not None:
-                        record = ok_record(res.verdict, filename=job.filename, sample=job.sample, models=models)
-                        summary.correct += int(res.verdict.correct)
-                    else:
-                        record = _error_line(job, f"stage_error: {res.error}", config, models)
+                    record = _error_line(job, f"stage_error: {res.error}", config, models)
                 if record["status"] == "error":
                     summary.errors[str(record["error"]).split(":", 1)[0]] += 1
                 write_line(fh, record)
                 summary.evaluated += 1
             bar.update(len(batch))
-    bar.close()
+        bar.close()
     return summary

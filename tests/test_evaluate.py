@@ -311,3 +311,14 @@ def test_interrupted_run_leaves_whole_lines_and_resumes_to_the_same_file(images:
     summary = evaluate(jobs, out, Stages.create(SYNTH), batch_size=2, progress=False)
     assert (summary.skipped, summary.evaluated) == (4, 3)
     assert out.read_text() == full.read_text()
+
+
+def test_two_runs_cannot_append_to_the_same_file(images: Path, tmp_path: Path):
+    import fcntl
+
+    out = tmp_path / "r.jsonl"
+    with out.open("a") as other:
+        fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(EvaluateError, match="being written by another negt2i evaluate run"):
+            evaluate(discover(images), out, Stages.create(SYNTH), progress=False)
+    assert out.read_text() == ""
