@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Create (or bring up to date) the project's virtual environment at .venv/.
 # Idempotent: re-installs only when pyproject.toml or this script changed.
+#
+# torch / torchvision are installed first, pinned, so that nothing else pulls a
+# newer (multi-GB) build; sam2 is built without build isolation for the same
+# reason (its build imports torch) and without its optional CUDA extension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -14,8 +18,12 @@ if [ -f "$stamp" ]; then
     exit 0
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[dev]"
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+echo "setup: installing into .venv (first run takes several minutes)"
+"${PIP[@]}" --upgrade pip setuptools wheel
+"${PIP[@]}" "torch==2.14.1" "torchvision==0.29.1"
+SAM2_BUILD_CUDA=0 SAM2_BUILD_ALLOW_ERRORS=1 "${PIP[@]}" --no-build-isolation "sam2>=1.1,<2"
+"${PIP[@]}" -e ".[dev,models,serving,reports]"
 rm -f .venv/.setup-*
 touch "$stamp"
 echo "setup: .venv ready"
