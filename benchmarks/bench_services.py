@@ -6,7 +6,8 @@ request costs on the wire, and checks that the results files agree.
 
 The services run as real processes on 127.0.0.1 (``bentoml serve`` per stage, ``python -m orchestrator``),
 started and warmed up before the clock starts. ``--backend`` picks the same backend for both paths
-(``synthetic`` needs no weights; a real backend needs its weights under ``NEGT2I_WEIGHTS_DIR``).
+(``synthetic`` needs no weights; ``random`` is the paper's four architectures with random weights, see
+``benchmarks/random_backends.py``; a real backend needs its weights under ``NEGT2I_WEIGHTS_DIR``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -44,6 +46,18 @@ def _rows(path: Path) -> dict[str, dict[str, object]]:
     return out
 
 
+def _verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """What a verdict decides (everything but the measured numbers)."""
+    keep = ("status", "correct", "reason", "failure_class", "error")
+    return {
+        name: (
+            tuple(r.get(k) for k in keep),
+            [(s["fired"], s["passed"], s["cause"], s["dead_zone"]) for s in r.get("statements", [])],
+        )
+        for name, r in rows.items()
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--prompts", type=int, default=48)
@@ -51,6 +65,9 @@ def main() -> int:
     p.add_argument("--size", type=int, default=256, help="image side in pixels")
     p.add_argument("--backend", default="synthetic")
     p.add_argument("--repeats", type=int, default=2, help="timed runs of each path (the median is reported)")
+    p.add_argument("--wire-samples", type=int, default=48, help="unary calls whose message sizes are measured")
+    p.add_argument("--depth-encoding", choices=("float16", "float32"), default="float16")
+    p.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads per process (real backends)")
     a = p.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-services-"))
@@ -60,7 +77,14 @@ def main() -> int:
     print(f"{len(jobs)} images of {a.prompts} prompts, {a.size} x {a.size} px, backend {a.backend}; cpu count "
           f"{os.cpu_count()}")  # fmt: skip
 
-    stage_env = {"NEGT2I_DEVICE": "cpu"}
+    stage_env = {"NEGT2I_DEVICE": "cpu", "OMP_NUM_THREADS": str(a.threads)}
+    if a.backend == "random":  # random-weight real architectures (benchmarks/random_backends.py)
+        import benchmarks.random_backends  # noqa: F401  (registers the "random" backends here too)
+
+        stage_env["NEGT2I_BACKEND_MODULES"] = "benchmarks.random_backends"
+        import torch
+
+        torch.set_num_threads(a.threads)
     if os.environ.get("NEGT2I_WEIGHTS_DIR"):
         stage_env["NEGT2I_WEIGHTS_DIR"] = os.environ["NEGT2I_WEIGHTS_DIR"]
     procs = {s: start_stage(s, tmp, backend=a.backend, env=stage_env) for s in STAGES}
@@ -68,7 +92,9 @@ def main() -> int:
     try:
         for proc in procs.values():
             wait_ready(proc, timeout=600)
-        orch = start_orchestrator({s: p.url for s, p in procs.items()}, tmp)
+        orch = start_orchestrator(
+            {s: p.url for s, p in procs.items()}, tmp, env={"NEGT2I_DEPTH_ENCODING": a.depth_encoding}
+        )
         assert wait_health(orch.target, "SERVING", timeout=120) == "SERVING", orch.tail()
 
         stages = Stages.create(dict.fromkeys(STAGES, a.backend), device="cpu")
@@ -82,12 +108,13 @@ def main() -> int:
             outcome = submit(jobs, out_s, orch.target, progress=False)
             services_s.append(time.perf_counter() - t0)
             assert not outcome.retry, outcome.retry
-            assert _rows(out_e) == _rows(out_s), "services and embedded results differ"
+            assert _verdicts(_rows(out_e)) == _verdicts(_rows(out_s)), "services and embedded verdicts differ"
+            identical = _rows(out_e) == _rows(out_s)
 
         # what one request costs on the wire: the gRPC messages, and the stage calls behind them
         with EvaluatorClient(orch.target) as client:
             sizes_req, sizes_resp = [], []
-            for job in jobs[: min(len(jobs), 48)]:
+            for job in jobs[: min(len(jobs), a.wire_samples)]:
                 assert job.prompt is not None
                 req = make_request(job.path.read_bytes(), prompt=job.prompt, request_id=job.filename)
                 resp = client.stub.Evaluate(req, timeout=60)
@@ -109,7 +136,8 @@ def main() -> int:
     n = len(jobs)
     print(f"embedded: {e:.2f} s ({n / e:.1f} images/s)   runs {[round(x, 2) for x in embedded_s]}")
     print(f"services: {s:.2f} s ({n / s:.1f} images/s)   runs {[round(x, 2) for x in services_s]}")
-    print(f"ratio services / embedded: {s / e:.2f}x   (results identical)")
+    same = "identical" if identical else "same verdicts; measured numbers differ (float16 depth)"
+    print(f"ratio services / embedded: {s / e:.2f}x   (results: {same}; depth on the wire: {a.depth_encoding})")
     print(f"gRPC per request: {statistics.mean(sizes_req) / 1024:.1f} KiB sent, "
           f"{statistics.mean(sizes_resp) / 1024:.1f} KiB received (mean over {len(sizes_req)})")  # fmt: skip
     if wire:

@@ -198,6 +198,12 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         except ItemFailure as exc:
             await context.abort(exc.code, exc.details())
             raise  # unreachable: abort raises
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: say so rather than UNKNOWN
+            log.exception("request %s failed", request.request_id)
+            await context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            raise
 
     async def EvaluateStream(
         self,

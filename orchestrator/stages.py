@@ -120,6 +120,7 @@ class RemoteStages:
         self.limiters = {s: _Limiter(s, concurrency, queue) for s in self.urls}
         self.wire = WireStats()
         self.infos: dict[str, stages_pb2.StageInfo] = {}
+        self._up: dict[str, bool] = {}
 
     async def close(self) -> None:
         """Close the pooled connections."""
@@ -132,14 +133,17 @@ class RemoteStages:
         try:
             r = await self.client.get(f"{self.urls[stage]}/readyz", timeout=timeout_s)
             if r.status_code != 200:
+                self._up[stage] = False
                 return False
-            if stage not in self.infos or not self.infos[stage].ready:
+            if not self._up.get(stage):  # (re)appeared: read its model again, it may have been replaced
                 info = await self.client.get(f"{self.urls[stage]}/info", timeout=timeout_s)
                 if info.status_code != 200:
                     return False
                 self.infos[stage] = adapter.from_json(info.json(), stages_pb2.StageInfo)
+                self._up[stage] = True
             return True
         except (httpx.HTTPError, ValueError, adapter.WireError):
+            self._up[stage] = False
             return False
 
     def service(self, stage: str) -> common_pb2.StageService:

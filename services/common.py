@@ -1,8 +1,8 @@
 """What the four stage services share: settings, the handler, service options and an ASGI middleware.
 
 Each ``services/<stage>/service.py`` is a thin ``@bentoml.service`` over a
-``negt2i.wire.stage_handlers.StageHandler``: the model loads (and warms up) in
-``__init__``, ``__is_ready__`` keeps BentoML's ``/readyz`` at 503 until then,
+``negt2i.wire.stage_handlers.StageHandler``: ``__init__`` starts loading (and warming up)
+the model (``StageRuntime``), ``__is_ready__`` keeps BentoML's ``/readyz`` at 503 until then,
 the one API is batchable with adaptive batching, and BentoML serves
 ``/livez``, ``/readyz`` and Prometheus ``/metrics``. ``StageHttpMiddleware`` adds
 ``GET /info`` and the request size limit (HTTP 413) of the stage contract.
@@ -11,11 +11,15 @@ the one API is batchable with adaptive batching, and BentoML serves
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
 from typing import Any, Final
 
 from negt2i.wire import adapter
 from negt2i.wire.stage_handlers import StageHandler, StageSettings
+
+log = logging.getLogger("negt2i.services")
 
 HANDLERS: dict[str, StageHandler] = {}
 """The loaded handler of each stage served by this worker process (read by the middleware)."""
@@ -48,6 +52,47 @@ def load_handler(settings: StageSettings) -> StageHandler:
     handler.warm_up()
     HANDLERS[settings.stage] = handler
     return handler
+
+
+class StageRuntime:
+    """The model of one service, loaded (and warmed up) on a thread started by the service's ``__init__``.
+
+    The HTTP server answers from the start: ``/livez`` 200, ``/readyz`` and ``/info`` 503 until the model
+    is loaded, the stage API 503 ("loading") too. A load that fails turns ``/livez`` to 503, so that the
+    platform restarts the service.
+    """
+
+    def __init__(self, settings: StageSettings) -> None:
+        self.settings = settings
+        self.handler: StageHandler | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._load, name=f"load-{settings.stage}", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        try:
+            self.handler = load_handler(self.settings)
+            log.info("%s: %s loaded", self.settings.stage, self.handler.model_info.model)
+        except BaseException as exc:
+            self.error = exc
+            log.exception("%s: loading backend %r failed", self.settings.stage, self.settings.backend)
+
+    def ready(self) -> bool:
+        """Loaded and warmed up."""
+        return self.handler is not None and self.handler.ready
+
+    def alive(self) -> bool:
+        """False once loading failed."""
+        return self.error is None
+
+    def handle(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The stage API; HTTP 503 while the model is loading (or failed to load)."""
+        if self.handler is None or not self.handler.ready:
+            from bentoml.exceptions import ServiceUnavailable
+
+            state = f"failed to load: {self.error}" if self.error else "is loading"
+            raise ServiceUnavailable(f"the {self.settings.stage} model {state}")
+        return self.handler.handle(items)
 
 
 class StageHttpMiddleware:

@@ -57,7 +57,8 @@ class StageSettings:
     @classmethod
     def from_env(cls, stage: str, env: dict[str, str] | None = None) -> StageSettings:
         """``NEGT2I_<STAGE>_BACKEND``, ``NEGT2I_DEVICE``, ``NEGT2I_WEIGHTS_DIR``, ``NEGT2I_MAX_PIXELS``,
-        ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE``."""
+        ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE`` (and ``NEGT2I_BACKEND_MODULES``: modules imported
+        before the backend is built, to register more backends)."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
         e = dict(os.environ if env is None else env)
@@ -73,6 +74,10 @@ class StageSettings:
 
 
 def _create_backend(settings: StageSettings) -> Any:
+    import importlib
+
+    for module in filter(None, (m.strip() for m in os.environ.get("NEGT2I_BACKEND_MODULES", "").split(","))):
+        importlib.import_module(module)  # extra modules that register backends (e.g. benchmarks.random_backends)
     options: dict[str, Any] = {"device": settings.device}
     if settings.weights_dir:
         options["weights_dir"] = settings.weights_dir

@@ -2,7 +2,7 @@
 
 POST /attributes (batchable, adaptive batching), GET /info, /livez, /readyz, /metrics;
 the contract is ``docs/stage-contract.md``. The backend is ``NEGT2I_ATTRIBUTES_BACKEND``
-(default: the paper's model), loaded once in ``__init__``.
+(default: the paper's model), loaded once, on a thread started by ``__init__``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import bentoml
 
 from negt2i.wire.stage_handlers import StageSettings
-from services.common import MAX_LATENCY_MS, StageHttpMiddleware, load_handler, service_options
+from services.common import MAX_LATENCY_MS, StageHttpMiddleware, StageRuntime, service_options
 
 SETTINGS = StageSettings.from_env("attributes")
 
@@ -22,11 +22,15 @@ class Attributes:
     """The attributes stage."""
 
     def __init__(self) -> None:
-        self.handler = load_handler(SETTINGS)
+        self.runtime = StageRuntime(SETTINGS)  # loads the model on a thread; the server answers meanwhile
 
     def __is_ready__(self) -> bool:
         """Ready once the model is loaded and warmed up (BentoML's /readyz answers 503 until then)."""
-        return self.handler.ready
+        return self.runtime.ready()
+
+    def __is_alive__(self) -> bool:
+        """Dead once loading the model failed (BentoML's /livez answers 503)."""
+        return self.runtime.alive()
 
     @bentoml.api(
         route="/attributes",
@@ -37,7 +41,7 @@ class Attributes:
     )
     def attributes(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Score instance crops against attribute values; one AttributesResult per AttributesItem."""
-        return self.handler.handle(items)
+        return self.runtime.handle(items)
 
 
 Attributes.add_asgi_middleware(StageHttpMiddleware, stage="attributes", max_request_bytes=SETTINGS.max_request_bytes)

@@ -67,3 +67,17 @@ def test_the_lint_catches_what_buf_would(tmp_path: Path):
 def test_every_proto_file_is_in_the_versioned_package(name: str):
     text = (codegen.PROTO_DIR / f"{name}.proto").read_text()
     assert "package negt2i.v1;" in text and 'syntax = "proto3";' in text
+
+
+def test_the_core_and_the_cli_import_no_serving_or_model_library():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, negt2i, negt2i.cli, negt2i.client, negt2i.conformance, negt2i.cli.submit_cmd, "
+        "negt2i.cli.conformance_cmd; negt2i.cli.build_parser(); "
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in {'grpc', 'bentoml', 'torch', 'google'}); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

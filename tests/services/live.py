@@ -130,6 +130,8 @@ def wait_ready(proc: Proc, timeout: float = 120.0) -> None:
         try:
             if httpx.get(f"{proc.url}/readyz", timeout=2.0, trust_env=False).status_code == 200:
                 return
+            if httpx.get(f"{proc.url}/livez", timeout=2.0, trust_env=False).status_code == 503:
+                raise RuntimeError(f"{proc.name} failed to load its model:\n{proc.tail()}")
         except httpx.HTTPError:
             pass
         time.sleep(0.2)

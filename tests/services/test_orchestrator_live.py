@@ -110,6 +110,19 @@ def test_service_info_names_every_stage_model(orchestrator: Proc, stage_procs: d
     assert info.limits.max_message_bytes == 4 << 20 and info.limits.max_image_bytes == 2 << 20
 
 
+def test_reflection_lists_the_services(orchestrator: Proc):
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(orchestrator.target) as channel:
+        db = ProtoReflectionDescriptorDatabase(channel)
+        names = set(db.get_services())
+        assert {"negt2i.v1.Evaluator", "grpc.health.v1.Health"} <= names
+        desc = db.FindFileContainingSymbol("negt2i.v1.Evaluator")
+        assert desc.package == "negt2i.v1" and [m.name for m in desc.service[0].method] == [
+            "Evaluate", "EvaluateStream", "GetServiceInfo"
+        ]  # fmt: skip
+
+
 def test_unary_verdict_matches_the_embedded_pipeline(orchestrator: Proc):
     from negt2i.pipeline import Pipeline, Stages
 

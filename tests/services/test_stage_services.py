@@ -83,3 +83,37 @@ def test_conformance_fails_on_a_broken_service(broken_stage: str, capsys):
 def test_conformance_reports_an_unreachable_service(capsys):
     assert main(["conformance", "depth", f"http://127.0.0.1:{free_port()}", "--timeout", "2"]) == 1
     assert "nothing answered" in capsys.readouterr().err
+
+
+def _status(url: str) -> int:
+    try:
+        return httpx.get(url, trust_env=False, timeout=2).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def test_ready_only_after_the_model_is_loaded_and_dead_when_it_cannot_load(live_tmp: Path):
+    import time
+
+    from tests.services.live import start_stage, wait_ready
+
+    env = {"NEGT2I_BACKEND_MODULES": "tests.services.slow_backend", "NEGT2I_TEST_LOAD_S": "6"}
+    slow = start_stage("detector", live_tmp, backend="slow-synthetic", env=env)
+    failing = start_stage("detector", live_tmp, backend="failing", env=env)
+    try:
+        end = time.monotonic() + 60
+        while time.monotonic() < end and _status(f"{slow.url}/livez") != 200:
+            time.sleep(0.1)
+        assert _status(f"{slow.url}/livez") == 200, slow.tail()
+        assert _status(f"{slow.url}/readyz") == 503  # up, but the model is still loading
+        assert _status(f"{slow.url}/info") == 503
+        assert httpx.post(f"{slow.url}/detect", json={"items": []}, trust_env=False).status_code == 503
+        wait_ready(slow, timeout=60)
+        assert httpx.get(f"{slow.url}/info", trust_env=False).json()["ready"] is True
+        while time.monotonic() < end and _status(f"{failing.url}/livez") != 503:
+            time.sleep(0.1)
+        assert _status(f"{failing.url}/livez") == 503 and _status(f"{failing.url}/readyz") == 503
+        assert "weights not found" in failing.tail(200)
+    finally:
+        slow.kill()
+        failing.kill()

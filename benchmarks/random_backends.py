@@ -1,0 +1,57 @@
+"""Random-weight real backends registered by name, so that the embedded path and the stage services run the
+very same models in ``benchmarks/bench_services.py --backend random``.
+
+The architectures are the paper's (built by ``benchmarks/bench_pipeline.py``: RF-DETR-Seg-XL, SAM 2.1
+hiera-small, SigLIP 2 SO400M/14-378, Depth-Anything V2 Small), with random weights. As in that benchmark,
+the detector really runs (and costs its time) but returns the synthetic scene's detections, so that the
+downstream work (which instances get refined and scored) is fixed rather than driven by random outputs.
+
+Stage services load this module through ``NEGT2I_BACKEND_MODULES=benchmarks.random_backends``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_pipeline
+
+from negt2i.stages.registry import register
+from negt2i.stages.synthetic import SyntheticDetector
+
+NAME = "random"
+
+
+class FixedDetector:
+    """RF-DETR-Seg-XL with random weights runs; the synthetic detections are returned."""
+
+    def __init__(self, *, device: str = "cpu", **_: Any) -> None:
+        import torch
+
+        torch.manual_seed(0)
+        self.real = bench_pipeline.build_detector("cpu" if device == "auto" else device)
+        self.info = self.real.info
+
+    def detect(self, images: Sequence[Any]) -> list[Any]:
+        self.real.detect(images)
+        return SyntheticDetector().detect(images)
+
+
+def _seeded(build: Any) -> Any:
+    def factory(*, device: str = "cpu", **_: Any) -> Any:
+        import torch
+
+        torch.manual_seed(0)
+        return build("cpu" if device == "auto" else device)
+
+    return factory
+
+
+register("detector", NAME, FixedDetector, replace=True)
+register("segmenter", NAME, _seeded(bench_pipeline.build_segmenter), replace=True)
+register("attributes", NAME, _seeded(bench_pipeline.build_attributes), replace=True)
+register("depth", NAME, _seeded(bench_pipeline.build_depth), replace=True)
