@@ -152,6 +152,7 @@ def mean_radius(a: MaskStats, b: MaskStats) -> float:
     return (a.radius + b.radius) / 2.0
 
 
+_SLACK = 1e-9
 _CELL_SIZES = (32, 8, 4, 2, 1)
 """Cell sizes of the occupancy pyramid ``facing_surface`` refines through (coarse to pixels)."""
 
@@ -206,7 +207,9 @@ def facing_surface(a: MaskStats, b: MaskStats, limit: float) -> tuple[NDArray[np
     for level, size in enumerate(_CELL_SIZES):
         if cr.size == 0:
             break
-        reach = (size - 1) / math.sqrt(2.0)
+        # a cell's pixels lie within `reach` of its centre; the slack keeps rounding from
+        # deciding a cell whose farthest pixel sits exactly at `limit` (exact test: pixels)
+        reach = (size - 1) / math.sqrt(2.0) + (_SLACK if size > 1 else 0.0)
         cy = a.row0 + cr * size + (size - 1) / 2
         cx = a.col0 + cc * size + (size - 1) / 2
         # the distance to B's box bounds D from below: cells beyond limit + reach of it are out

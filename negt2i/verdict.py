@@ -31,6 +31,7 @@ Row-level failure class of an incorrect image (Appendix E.2), first match wins:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -295,14 +296,15 @@ def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURR
         setting=prompt.setting,
         correct=correct,
         reason="; ".join(reasons),
-        failure_class=None if correct else _row_failure(objects, statements),
+        failure_class=None if correct else row_failure(objects, statements),
         objects=objects,
         statements=statements,
         config=config.record(),
     )
 
 
-def _row_failure(objects: list[ObjectVerdict], statements: list[StatementVerdict]) -> RowFailure:
+def row_failure(objects: Sequence[ObjectVerdict], statements: Sequence[StatementVerdict]) -> RowFailure:
+    """The row-level failure class of an incorrect image (precedence in the module docstring)."""
     if any(not o.present or o.under_count for o in objects):
         return RowFailure.UNDETECTED_OBJECT
     if any(o.over_count for o in objects):

@@ -23,7 +23,7 @@ from negt2i.metrics.records import CATEGORY_ORDER, SETTING_ORDER
 from negt2i.results import error_record, ok_record
 from negt2i.spec import SETTING_RE, AttributeStatement, ObjectSpec, Polarity, Prompt, RelationStatement
 from negt2i.stages.base import ModelInfo
-from negt2i.verdict import FailureCause, ObjectVerdict, RowFailure, StatementVerdict, Verdict
+from negt2i.verdict import FailureCause, ObjectVerdict, StatementVerdict, Verdict, row_failure
 from negt2i.vocab import BENCHMARK_CLASSES, PREDICATES, VALUES, Category
 
 PATTERNS: tuple[str, ...] = (
@@ -182,19 +182,6 @@ def make_verdict(
         statements=statements,
         config=config.record(),
     )
-
-
-def row_failure(objects: Sequence[ObjectVerdict], statements: Sequence[StatementVerdict]) -> RowFailure:
-    """The row-level failure class, by the precedence of ``negt2i.verdict``'s docstring."""
-    if any(not o.present or o.under_count for o in objects):
-        return RowFailure.UNDETECTED_OBJECT
-    if any(o.over_count for o in objects):
-        return RowFailure.OVER_COUNT
-    pos = any(s.cause in (FailureCause.POSITIVE_VIOLATED, FailureCause.DEAD_ZONE) for s in statements)
-    neg = any(s.cause is FailureCause.NEGATED_VIOLATED for s in statements)
-    if pos and neg:
-        return RowFailure.BOTH_POLARITIES
-    return RowFailure.NEGATED_VIOLATED if neg else RowFailure.POSITIVE_VIOLATED
 
 
 RateFn = Callable[[str, str], float]

@@ -126,10 +126,12 @@ def test_judge_is_independent_of_object_order(
     ]
 
 
-@settings(max_examples=150, deadline=None)
-@given(blobs(), blobs(), st.floats(0, 40))
+@settings(max_examples=300, deadline=None)
+@given(blobs(), blobs(), st.one_of(st.sampled_from([0.0, 1.0, 3.0, 16.0]), st.floats(0, 40)))
 def test_geometry_matches_brute_force(a: np.ndarray, b: np.ndarray, window: float) -> None:
-    """Cropped / boundary / cell-based measurements equal full-image distance transforms."""
+    """Cropped / boundary / cell-based measurements equal full-image distance transforms.
+
+    Integer windows put pixels exactly at the facing limit (a rounding trap once found here)."""
     from scipy import ndimage
 
     from negt2i.geometry import facing_surface, gap, mask_stats
