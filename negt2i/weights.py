@@ -8,13 +8,15 @@ backend::
     sam2.1-hiera-small/sam2.1_hiera_small.pt
     siglip2-so400m-378/open_clip_config.json, open_clip_model.safetensors, tokenizer files
     depth-anything-v2-small/config.json, model.safetensors, preprocessor_config.json
+    maskrcnn-r50/maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth    (the Appendix D ablation detector)
 
 ``negt2i weights fetch`` downloads them (Hugging Face Hub, or the publisher's URL
-for RF-DETR) and writes ``negt2i-weights.json`` in each folder: the resolved
-revision and the SHA-256 and size of every file. Loading verifies the files
+for RF-DETR and Mask R-CNN) and writes ``negt2i-weights.json`` in each folder: the
+resolved revision and the SHA-256 and size of every file. Loading verifies the files
 against that lock (and against the hashes this table knows: RF-DETR's MD5 from
-the ``rfdetr`` package). Missing weights raise one ``WeightsMissingError`` that
-lists everything missing and says how to fetch it.
+the ``rfdetr`` package, the SHA-256 prefix torchvision puts in its file names).
+Missing weights raise one ``WeightsMissingError`` that lists everything missing
+and says how to fetch it.
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ class WeightsEntry:
     """Known MD5 of ``main_file`` (published by the model's package), checked when present."""
     sha256: str = ""
     """Known SHA-256 of ``main_file``, checked when present; otherwise the lock records it on fetch."""
+    sha256_prefix: str = ""
+    """Known leading hex digits of ``main_file``'s SHA-256 (torchvision publishes 8 in the file name,
+    as ``torch.hub`` checks them), checked when present."""
     size_mb: int = 0
     """Approximate download size."""
 
@@ -119,9 +124,21 @@ WEIGHTS: Final[dict[str, WeightsEntry]] = {
             main_file="model.safetensors",
             size_mb=100,
         ),
+        WeightsEntry(
+            name="maskrcnn-r50",
+            stage="detector",
+            model="maskrcnn_resnet50_fpn",
+            source="url",
+            repo="https://download.pytorch.org/models/maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth",
+            revision="COCO_V1",
+            files=("maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth",),
+            main_file="maskrcnn_resnet50_fpn_coco-bf2d0c1e.pth",
+            sha256_prefix="bf2d0c1e",  # torchvision 0.29.1, MaskRCNN_ResNet50_FPN_Weights.COCO_V1 url
+            size_mb=170,
+        ),
     )
 }
-"""The paper's models (Table 15), by backend name."""
+"""The paper's models (Table 15), then the ablation detector (Appendix D), by backend name."""
 
 
 def weights_dir(path: str | Path | None = None) -> Path:
@@ -228,6 +245,8 @@ def verify(name: str, path: str | Path | None = None) -> VerifiedWeights:
             main_sha = got
             if e.sha256 and got != e.sha256:
                 raise WeightsError(f"{file}: SHA-256 {got} does not match the published {e.sha256}")
+            if e.sha256_prefix and not got.startswith(e.sha256_prefix):
+                raise WeightsError(f"{file}: SHA-256 {got} does not start with the published {e.sha256_prefix}")
             if e.md5 and file_digest(file, "md5") != e.md5:
                 raise WeightsError(f"{file}: MD5 does not match the published {e.md5}; fetch again with --force")
         if want and got != want:
@@ -320,6 +339,10 @@ def fetch(
                 raise WeightsError(f"{name}: downloaded SHA-256 {main} does not match the published {e.sha256}")
             if e.md5 and file_digest(tmp / e.main_file, "md5") != e.md5:
                 raise WeightsError(f"{name}: downloaded file does not match the published MD5 {e.md5}")
+            if e.sha256_prefix and not main.startswith(e.sha256_prefix):
+                raise WeightsError(
+                    f"{name}: downloaded SHA-256 {main} does not start with the published {e.sha256_prefix}"
+                )
             lock = {
                 "name": e.name,
                 "model": e.model,

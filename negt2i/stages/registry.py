@@ -20,6 +20,7 @@ BUILTIN_MODULES: list[str] = [
     "negt2i.stages.sam2_backend",
     "negt2i.stages.siglip_backend",
     "negt2i.stages.depth_anything_backend",
+    "negt2i.stages.maskrcnn_backend",
 ]
 """Modules that register built-in backends when imported (filled in by the backend packages).
 

@@ -26,13 +26,14 @@ def fake_downloader(e, folder: Path) -> str:
     return "0123abcd"
 
 
-def test_table_covers_the_default_backends():
+def test_table_covers_the_default_backends_and_the_ablation_detector():
     from negt2i.stages.registry import DEFAULT_BACKENDS
 
-    assert set(WEIGHTS) == set(DEFAULT_BACKENDS.values())
+    assert set(WEIGHTS) == set(DEFAULT_BACKENDS.values()) | {"maskrcnn-r50"}
     for name, e in WEIGHTS.items():
-        assert DEFAULT_BACKENDS[e.stage] == name
+        assert DEFAULT_BACKENDS[e.stage] == name or name == "maskrcnn-r50"
         assert e.main_file in e.files
+    assert WEIGHTS["maskrcnn-r50"].stage == "detector"
     assert WEIGHTS["rfdetr-seg-xl"].md5 == "3693b35d0eea86ebb3e0444f4a611fba"  # rfdetr's published hash
 
 
@@ -120,7 +121,7 @@ def test_weights_cli_list(tmp_path, capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert f"weights cache: {tmp_path}" in out
-    assert out.count("missing") == 4
+    assert out.count("missing") == len(WEIGHTS) == 5
     args = parser.parse_args(["weights", "fetch", "--dir", str(tmp_path), "nope"])
     assert args.func(args) == 1
     assert "no weights for 'nope'" in capsys.readouterr().err

@@ -1,0 +1,213 @@
+"""Mask R-CNN R50-FPN detector (``maskrcnn-r50``): the paper's ablation detector (Appendix D).
+
+torchvision's ``maskrcnn_resnet50_fpn`` with ``MaskRCNN_ResNet50_FPN_Weights.COCO_V1``
+(the classic Mask R-CNN: 37.9 box / 34.6 mask AP on COCO val2017), in place of
+RF-DETR-Seg-XL. It is called like RF-DETR:
+
+- the prediction floor (``detection.prediction_floor`` of the rule config, 0.005) is
+  the model's own ``box_score_thresh``, and up to 300 detections per image are kept
+  (``box_detections_per_img``, RF-DETR-Seg-XL's ``num_select``); the rules apply
+  presence, counting and the per-class cap;
+- no suppression beyond the model's own (per-class NMS at IoU 0.5 inside its box head);
+- the soft masks torchvision pastes into the image are thresholded at 0.5
+  (``mask >= 0.5``, as torchvision documents);
+- labels are indices into torchvision's 91-entry COCO list (``__background__`` at 0,
+  then COCO *category ids* 1-90 with ``N/A`` for the unused ids), the same ids RF-DETR
+  uses; ``N/A`` ids are dropped and COCO's names are respelled as GenEval spells them
+  (``mouse`` -> ``computer mouse``, ``remote`` -> ``tv remote``, ``keyboard`` ->
+  ``computer keyboard``).
+
+Images are resized by the model's own transform (shorter side 800, longer at most 1333).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from negt2i.config import CURRENT, RuleConfig
+from negt2i.perception import Detections
+from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.common import check_image, chunks
+from negt2i.stages.registry import register
+from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING
+from negt2i.vocab import COCO_CLASSES
+
+BACKEND: Final = "maskrcnn-r50"
+MODEL: Final = "maskrcnn_resnet50_fpn"
+NUM_CLASSES: Final = 91
+"""torchvision's COCO head: ``__background__`` + category ids 1-90 (unused ids are ``N/A``)."""
+DETECTIONS_PER_IMAGE: Final = 300
+MASK_THRESHOLD: Final = 0.5
+_UNUSED: Final = frozenset({"__background__", "N/A"})
+
+
+def class_names_by_id(categories: Sequence[str] | None = None) -> dict[int, str]:
+    """Label -> benchmark class name, from torchvision's COCO category list (or ``categories``)."""
+    if categories is None:
+        from torchvision.models.detection import MaskRCNN_ResNet50_FPN_Weights  # type: ignore[import-untyped]
+
+        categories = list(MaskRCNN_ResNet50_FPN_Weights.COCO_V1.meta["categories"])
+    if len(categories) != NUM_CLASSES or categories[0] != "__background__":
+        raise ValueError(f"expected {NUM_CLASSES} COCO categories starting with __background__, got {len(categories)}")
+    out = {i: GENEVAL_SPELLING.get(c, c) for i, c in enumerate(categories) if c not in _UNUSED}
+    unknown = sorted(set(out.values()) - set(COCO_CLASSES))
+    if unknown:
+        raise ValueError(f"torchvision class names {unknown} have no benchmark spelling")
+    return out
+
+
+def build_model(
+    *,
+    floor: float = CURRENT.detection.prediction_floor,
+    detections_per_img: int = DETECTIONS_PER_IMAGE,
+    min_size: int = 800,
+    max_size: int = 1333,
+    proposals: int = 1000,
+) -> Any:
+    """The Mask R-CNN R50-FPN architecture of ``MaskRCNN_ResNet50_FPN_Weights.COCO_V1`` (91 classes),
+    untrained and downloading nothing, set to keep every detection scoring at least ``floor`` (up to
+    ``detections_per_img``); in eval mode.
+
+    This is what ``maskrcnn_resnet50_fpn(weights=COCO_V1)`` builds before loading: a ResNet-50
+    with frozen batch norm (``weights=None`` alone would give trainable ``BatchNorm2d``, whose
+    state dict and parameter count differ from the published file's) and an FPN on it.
+    torchvision keeps scores strictly above ``box_score_thresh``, so the threshold is the
+    largest float32 below ``floor`` and ``to_detections`` applies ``>= floor`` exactly.
+    ``min_size`` / ``max_size`` (the model's resize) and ``proposals`` (RPN proposals kept
+    per image) are the published settings; tests lower them.
+    """
+    from torchvision.models.detection import MaskRCNN
+    from torchvision.models.detection.backbone_utils import resnet_fpn_backbone  # type: ignore[import-untyped]
+    from torchvision.ops.misc import FrozenBatchNorm2d  # type: ignore[import-untyped]
+
+    backbone = resnet_fpn_backbone(
+        backbone_name="resnet50", weights=None, norm_layer=FrozenBatchNorm2d, trainable_layers=3
+    )
+    model = MaskRCNN(
+        backbone,
+        num_classes=NUM_CLASSES,
+        min_size=min_size,
+        max_size=max_size,
+        rpn_pre_nms_top_n_test=max(proposals, 1000),
+        rpn_post_nms_top_n_test=proposals,
+        box_score_thresh=float(np.nextafter(np.float32(floor), np.float32(-1.0))),
+        box_detections_per_img=detections_per_img,
+    )
+    return model.eval()
+
+
+def to_detections(
+    labels: NDArray[Any],
+    scores: NDArray[Any],
+    boxes: NDArray[Any],
+    soft_masks: NDArray[Any],
+    shape_hw: tuple[int, int],
+    *,
+    names: dict[int, str],
+    floor: float,
+) -> Detections:
+    """Our ``Detections`` from one image's torchvision output (as numpy): ``N/A`` / background labels and
+    scores below ``floor`` dropped, masks (N, 1, H, W) in [0, 1] thresholded at 0.5, boxes clipped."""
+    n = len(labels)
+    ids = np.asarray(labels, dtype=np.int64).reshape(n)
+    conf = np.clip(np.asarray(scores, dtype=np.float32).reshape(n), 0.0, 1.0)
+    keep = np.array([int(i) in names for i in ids], dtype=bool) & (conf >= floor)
+    idx = np.flatnonzero(keep)
+    h, w = shape_hw
+    xyxy = np.asarray(boxes, dtype=np.float32).reshape(n, 4)[idx]
+    xyxy[:, [0, 2]] = np.clip(xyxy[:, [0, 2]], 0, w)
+    xyxy[:, [1, 3]] = np.clip(xyxy[:, [1, 3]], 0, h)
+    xyxy[:, 2] = np.maximum(xyxy[:, 2], xyxy[:, 0])
+    xyxy[:, 3] = np.maximum(xyxy[:, 3], xyxy[:, 1])
+    soft = np.asarray(soft_masks)
+    if soft.ndim == 4 and soft.shape[1] == 1:
+        soft = soft[:, 0]
+    if soft.shape != (n, h, w):
+        raise ValueError(f"Mask R-CNN masks have shape {np.asarray(soft_masks).shape}, expected ({n}, 1, {h}, {w})")
+    masks = soft[idx] >= MASK_THRESHOLD if soft.dtype != np.bool_ else soft[idx]
+    return Detections(tuple(names[int(i)] for i in ids[idx]), conf[idx], xyxy, masks, shape_hw)
+
+
+class MaskRCNNDetector:
+    """Wraps a torchvision ``MaskRCNN`` (``maskrcnn_resnet50_fpn`` with COCO weights for the ablation)."""
+
+    def __init__(
+        self,
+        model: Any,
+        info: ModelInfo,
+        *,
+        floor: float = CURRENT.detection.prediction_floor,
+        batch_size: int = 8,
+    ) -> None:
+        """``model`` is in eval mode with ``box_score_thresh`` at most ``floor`` (``build_model``)."""
+        if float(model.roi_heads.score_thresh) > floor:
+            raise ValueError(f"the model's box_score_thresh {model.roi_heads.score_thresh} is above the floor {floor}")
+        self.model = model.eval()
+        self.info = info
+        self.floor = floor
+        self.batch_size = batch_size
+        self.device = next(model.parameters()).device
+        self.names = class_names_by_id()
+
+    @classmethod
+    def from_weights(
+        cls,
+        *,
+        device: str = "auto",
+        weights_dir: str | Path | None = None,
+        config: RuleConfig = CURRENT,
+        batch_size: int = 8,
+        **_: Any,
+    ) -> MaskRCNNDetector:
+        """Load Mask R-CNN R50-FPN (COCO_V1) from the weights cache (``negt2i weights fetch maskrcnn-r50``)."""
+        import torch
+
+        from negt2i import weights
+        from negt2i.stages._torch import model_info, resolve_device
+
+        e = weights.entry(BACKEND)
+        verified = weights.verify(BACKEND, weights_dir)
+        dev = resolve_device(device)
+        floor = config.detection.prediction_floor
+        model = build_model(floor=floor)
+        state = torch.load(verified.path(e.main_file), map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+        model.to(dev)
+        info = model_info("detector", BACKEND, MODEL, dist="torchvision", device=dev, weights=verified)
+        return cls(model, info, floor=floor, batch_size=batch_size)
+
+    def detect(self, images: Sequence[Image]) -> list[Detections]:
+        """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling."""
+        import torch
+
+        shapes = [check_image(im) for im in images]
+        out: list[Detections] = []
+        for part in chunks(len(images), self.batch_size):
+            tensors = [
+                torch.from_numpy(np.ascontiguousarray(im)).to(self.device).permute(2, 0, 1).float().div_(255.0)
+                for im in images[part]
+            ]
+            with torch.inference_mode():
+                preds = self.model(tensors)
+            for p, hw in zip(preds, shapes[part], strict=True):
+                masks = p["masks"] >= MASK_THRESHOLD  # threshold on the device: bool, not float, comes back
+                out.append(
+                    to_detections(
+                        p["labels"].cpu().numpy(),
+                        p["scores"].float().cpu().numpy(),
+                        p["boxes"].float().cpu().numpy(),
+                        masks.cpu().numpy(),
+                        hw,
+                        names=self.names,
+                        floor=self.floor,
+                    )
+                )
+        return out
+
+
+register("detector", BACKEND, MaskRCNNDetector.from_weights)
