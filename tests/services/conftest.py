@@ -15,6 +15,20 @@ from tests.services.live import Proc, start_orchestrator, start_stage, wait_heal
 STAGES = ("detector", "segmenter", "attributes", "depth")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Make ``--dist loadgroup`` group again: pytest-xdist 3.8 appends ``@group`` to ``item._nodeid``, which
+    pytest 9 no longer reads (``nodeid`` comes from ``_id``), so grouped tests were spread over the workers
+    and each worker started its own services. Only items marked ``xdist_group`` are touched."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})  # fmt: skip
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = f"{item.nodeid}@{'_'.join(names)}"  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
 def live_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("live")
