@@ -329,6 +329,9 @@ def submit(
     cl = client or EvaluatorClient(target)
     try:
         info = cl.info()
+        missing = [s.stage for s in info.stages if not s.model.model]
+        if missing:
+            raise ClientError("UNAVAILABLE", f"the orchestrator has not reached {', '.join(missing)} yet; retry")
         config = _rules_from_info(info)
         models = adapter.models_record(list(info.stages))
         services = adapter.services_record(list(info.stages))

@@ -113,10 +113,12 @@ class RemoteStages:
         self.depth_encoding = (
             common_pb2.DEPTH_ENCODING_FLOAT32 if depth_encoding == "float32" else common_pb2.DEPTH_ENCODING_FLOAT16
         )
-        limits = httpx.Limits(
-            max_connections=concurrency * len(self.urls) + 8, max_keepalive_connections=concurrency * 4
-        )
-        self.client = client or httpx.AsyncClient(limits=limits, timeout=call_timeout_s, trust_env=False)
+        # one pooled client per stage: httpcore scans its whole pool on every request, so small pools are cheaper
+        limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
+        self.clients = {
+            stage: client or httpx.AsyncClient(limits=limits, timeout=call_timeout_s, trust_env=False)
+            for stage in self.urls
+        }
         self.limiters = {s: _Limiter(s, concurrency, queue) for s in self.urls}
         self.wire = WireStats()
         self.infos: dict[str, stages_pb2.StageInfo] = {}
@@ -124,19 +126,20 @@ class RemoteStages:
 
     async def close(self) -> None:
         """Close the pooled connections."""
-        await self.client.aclose()
+        for client in {id(c): c for c in self.clients.values()}.values():
+            await client.aclose()
 
     # ------------------------------------------------------------------ health and info
 
     async def ready(self, stage: str, timeout_s: float = 2.0) -> bool:
         """Whether ``GET /readyz`` answers 200 (and ``GET /info`` was read once)."""
         try:
-            r = await self.client.get(f"{self.urls[stage]}/readyz", timeout=timeout_s)
+            r = await self.clients[stage].get(f"{self.urls[stage]}/readyz", timeout=timeout_s)
             if r.status_code != 200:
                 self._up[stage] = False
                 return False
             if not self._up.get(stage):  # (re)appeared: read its model again, it may have been replaced
-                info = await self.client.get(f"{self.urls[stage]}/info", timeout=timeout_s)
+                info = await self.clients[stage].get(f"{self.urls[stage]}/info", timeout=timeout_s)
                 if info.status_code != 200:
                     return False
                 self.infos[stage] = adapter.from_json(info.json(), stages_pb2.StageInfo)
@@ -175,7 +178,7 @@ class RemoteStages:
                 try:
                     # httpx's timeout bounds each network operation; wait_for bounds the whole call
                     r = await asyncio.wait_for(
-                        self.client.post(
+                        self.clients[stage].post(
                             url, content=body, headers={"content-type": "application/json"}, timeout=timeout
                         ),
                         timeout,
