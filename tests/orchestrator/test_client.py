@@ -1,0 +1,74 @@
+"""The client's pieces that need no server: requests, shards, the rules record, per-item outcomes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import grpc
+import pytest
+
+from negt2i.cli.submit_cmd import _shard
+from negt2i.client import ClientError, SubmitOutcome, _record_of, _rules_from_info, make_request, select_shard
+from negt2i.config import CURRENT, PREVIOUS
+from negt2i.evaluate import Job, Summary
+from negt2i.spec import parse_prompt
+from negt2i.wire import adapter
+from negt2i.wire.v1 import evaluator_pb2
+from orchestrator.demo_data import prompt_records
+
+PROMPT = parse_prompt(prompt_records(1)[0])
+
+
+def test_make_request_needs_exactly_one_prompt_source():
+    req = make_request(b"png", prompt=PROMPT, request_id="a")
+    assert req.WhichOneof("prompt_source") == "prompt" and adapter.prompt_from_proto(req.prompt) == PROMPT
+    assert make_request(b"png", prompt_id="x").prompt_id == "x"
+    with pytest.raises(ValueError, match="exactly one"):
+        make_request(b"png")
+    with pytest.raises(ValueError, match="exactly one"):
+        make_request(b"png", prompt=PROMPT, prompt_id="x")
+
+
+def test_shards_partition_the_jobs():
+    jobs = [Job(f"{i}.png", Path(f"{i}.png"), i, PROMPT) for i in range(10)]
+    shards = [select_shard(jobs, (i, 3)) for i in range(3)]
+    assert sorted(j.filename for s in shards for j in s) == sorted(j.filename for j in jobs)
+    assert [j.sample for j in shards[1]] == [1, 4, 7]
+    assert _shard("2/4") == (2, 4)
+    for bad in ("4/4", "x", "1/0"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _shard(bad)
+
+
+def test_rules_travel_with_their_digest():
+    info = evaluator_pb2.ServiceInfo(rules_json=json.dumps(PREVIOUS.record()), rules_digest=PREVIOUS.digest())
+    assert _rules_from_info(info) == PREVIOUS
+    info.rules_digest = CURRENT.digest()
+    with pytest.raises(ClientError, match="digest mismatch"):
+        _rules_from_info(info)
+
+
+@pytest.mark.parametrize(
+    ("code", "field", "line"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, "", None),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "", None),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, "", None),
+        (grpc.StatusCode.INVALID_ARGUMENT, "image.data", "unreadable_image"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "prompt.objects[0].class", "invalid_metadata"),
+        (grpc.StatusCode.INTERNAL, "", "stage_error"),
+    ],
+)
+def test_item_errors_become_lines_or_reruns(code, field, line):
+    job = Job("00000/samples/0000.png", Path("x.png"), 0, PROMPT)
+    err = evaluator_pb2.ItemError(code=code.value[0], message="why", field=field)
+    resp = evaluator_pb2.EvaluateStreamResponse(request_id="0", error=err)
+    outcome = SubmitOutcome(Summary())
+    record = _record_of(resp, job, config=CURRENT, models={}, services={}, outcome=outcome)
+    if line is None:
+        assert record is None and outcome.retry == [job.filename]
+    else:
+        assert record is not None and record["status"] == "error" and record["correct"] is False
+        assert record["error"].startswith(f"{line}: {code.name}: why") and not outcome.retry
