@@ -35,6 +35,7 @@ from negt2i.verdict import Verdict
 
 if TYPE_CHECKING:
     from negt2i.evaluate import Job, Summary
+    from negt2i.perception import ImagePerception
     from negt2i.wire.v1 import common_pb2, evaluator_pb2
 
 HEALTH_SERVICE: Final = "negt2i.v1.Evaluator"
@@ -59,16 +60,24 @@ class EvaluateResult:
     request_id: str
     verdict: Verdict
     stages: tuple[common_pb2.StageService, ...]
+    perception: ImagePerception | None = None
+    """What the stages saw (without the disparity map), when asked for with ``include_perception``."""
 
     @classmethod
     def from_proto(cls, msg: evaluator_pb2.EvaluateResponse) -> EvaluateResult:
         from negt2i.wire import adapter
 
-        return cls(msg.request_id, adapter.verdict_from_proto(msg.verdict), tuple(msg.stages))
+        perception = adapter.perception_from_proto(msg.perception) if msg.HasField("perception") else None
+        return cls(msg.request_id, adapter.verdict_from_proto(msg.verdict), tuple(msg.stages), perception)
 
 
 def make_request(
-    image: bytes, *, prompt: Prompt | None = None, prompt_id: str | None = None, request_id: str = ""
+    image: bytes,
+    *,
+    prompt: Prompt | None = None,
+    prompt_id: str | None = None,
+    request_id: str = "",
+    include_perception: bool = False,
 ) -> evaluator_pb2.EvaluateRequest:
     """An ``EvaluateRequest``: encoded image bytes and inline metadata or a corpus prompt id."""
     from negt2i.wire import adapter
@@ -76,7 +85,11 @@ def make_request(
 
     if (prompt is None) == (prompt_id is None):
         raise ValueError("give exactly one of prompt and prompt_id")
-    req = evaluator_pb2.EvaluateRequest(request_id=request_id or uuid.uuid4().hex, image=adapter.image_to_proto(image))
+    req = evaluator_pb2.EvaluateRequest(
+        request_id=request_id or uuid.uuid4().hex,
+        image=adapter.image_to_proto(image),
+        include_perception=include_perception,
+    )
     if prompt is not None:
         req.prompt.CopyFrom(adapter.prompt_to_proto(prompt))
     else:
@@ -161,9 +174,12 @@ class EvaluatorClient:
         prompt_id: str | None = None,
         request_id: str = "",
         timeout: float | None = None,
+        include_perception: bool = False,
     ) -> EvaluateResult:
         """Judge one image; raises ``ClientError`` with the status code."""
-        req = make_request(image, prompt=prompt, prompt_id=prompt_id, request_id=request_id)
+        req = make_request(
+            image, prompt=prompt, prompt_id=prompt_id, request_id=request_id, include_perception=include_perception
+        )
         try:
             resp = self.stub.Evaluate(req, timeout=timeout or self.timeout)
         except Exception as exc:
@@ -222,9 +238,12 @@ class AsyncEvaluatorClient:
         prompt_id: str | None = None,
         request_id: str = "",
         timeout: float | None = None,
+        include_perception: bool = False,
     ) -> EvaluateResult:
         """Judge one image; raises ``ClientError`` with the status code."""
-        req = make_request(image, prompt=prompt, prompt_id=prompt_id, request_id=request_id)
+        req = make_request(
+            image, prompt=prompt, prompt_id=prompt_id, request_id=request_id, include_perception=include_perception
+        )
         try:
             resp = await self.stub.Evaluate(req, timeout=timeout or self.timeout)
         except Exception as exc:

@@ -176,11 +176,14 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             raise ItemFailure(grpc.StatusCode.INTERNAL, exc.message, stage=exc.stage) from None
         except (PerceptionError, ValueError) as exc:
             raise ItemFailure(grpc.StatusCode.INTERNAL, f"judge: {exc}") from None
-        return evaluator_pb2.EvaluateResponse(
+        response = evaluator_pb2.EvaluateResponse(
             request_id=request.request_id,
             verdict=adapter.verdict_to_proto(verdict),
             stages=[self.stages.service(s) for s in STAGES if s in used],
         )
+        if request.include_perception:
+            response.perception.CopyFrom(adapter.perception_to_proto(perception))
+        return response
 
     def _deadline(self, context: grpc.aio.ServicerContext[Any, Any]) -> float:
         left = context.time_remaining()

@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from negt2i import rle
-from negt2i.perception import BoolMask, Detections
+from negt2i.perception import AttributeScores, BoolMask, Detections, ImagePerception, RefinedMasks
 from negt2i.spec import AttributeStatement, Polarity, Prompt, SpecError, parse_prompt
 from negt2i.stages.base import Image, ModelInfo
 from negt2i.verdict import Verdict
@@ -550,3 +550,40 @@ def depth_result_map(msg: stages_pb2.DepthResult, shape_hw: tuple[int, int]) -> 
     """The float32 disparity (H, W) of a depth result for an image of ``shape_hw``."""
     check_item(msg, "depth")
     return depth_from_proto(msg.disparity, shape_hw)
+
+
+def perception_to_proto(perception: ImagePerception) -> evaluator_pb2.Perception:
+    """What the stages saw (without the disparity map, which is large)."""
+    msg = evaluator_pb2.Perception(
+        detections=detections_to_proto(perception.detections), used_depth=perception.disparity is not None
+    )
+    if perception.refined is not None:
+        for det, mask in sorted(perception.refined.masks.items()):
+            msg.refined.append(evaluator_pb2.RefinedMask(detection=det, mask=mask_to_proto(mask)))
+    if perception.attributes is not None:
+        answers = list(perception.attributes.answers)
+        for det, scores in sorted(perception.attributes.scores.items()):
+            row = [float(np.float32(scores[a])) for a in answers]
+            msg.attributes.append(evaluator_pb2.InstanceAttributes(detection=det, answers=answers, scores=row))
+    return msg
+
+
+def perception_from_proto(msg: evaluator_pb2.Perception) -> ImagePerception:
+    """Back to an ``ImagePerception`` (``disparity`` is always None: it does not travel)."""
+    det = detections_from_proto(msg.detections, field="perception.detections")
+    hw = det.shape_hw
+    refined = (
+        RefinedMasks({r.detection: mask_from_proto(r.mask, hw, field="perception.refined") for r in msg.refined}, hw)
+        if len(msg.refined)
+        else None
+    )
+    attributes = None
+    if len(msg.attributes):
+        answers = tuple(msg.attributes[0].answers)
+        attributes = AttributeScores(
+            {a.detection: dict(zip(a.answers, a.scores, strict=True)) for a in msg.attributes}, answers
+        )
+    try:
+        return ImagePerception(det, refined=refined, attributes=attributes)
+    except ValueError as exc:
+        raise WireError(str(exc), field="perception") from None

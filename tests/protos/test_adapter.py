@@ -169,3 +169,28 @@ def test_stage_handler_fails_bad_items_alone(stage):
     assert "error" not in out[0] and out[0] == out[3]
     assert out[1]["error"]["status"] == 400 and out[1]["error"]["field"] == "image"
     assert out[2]["error"]["status"] == 400 and "unknown" in out[2]["error"]["message"]
+
+
+def test_perception_round_trips_without_the_disparity():
+    pipeline = Pipeline(Stages.create(SYNTH))
+    kinds = set()
+    for record, images in demo_entries(prompts=12, samples=2, seed=9):
+        for result in pipeline.run([parse_prompt(record)] * len(images), images):
+            p = result.perception
+            assert p is not None
+            back = adapter.perception_from_proto(_wire(adapter.perception_to_proto(p)))
+            assert back.detections.class_names == p.detections.class_names
+            assert (back.detections.masks == p.detections.masks).all()
+            assert (back.refined is None) == (p.refined is None)
+            if p.refined is not None:
+                kinds.add("refined")
+                assert set(back.refined.masks) == set(p.refined.masks)
+                assert all((back.refined[k] == p.refined[k]).all() for k in p.refined.masks)
+            if p.attributes is not None:
+                kinds.add("attributes")
+                assert {k: dict(v) for k, v in back.attributes.scores.items()} == {
+                    k: dict(v) for k, v in p.attributes.scores.items()
+                }
+            assert back.disparity is None
+            assert adapter.perception_to_proto(p).used_depth == (p.disparity is not None)
+    assert kinds == {"refined", "attributes"}

@@ -128,12 +128,18 @@ def test_unary_verdict_matches_the_embedded_pipeline(orchestrator: Proc):
 
     prompt = parse_prompt(DEPTH)
     with EvaluatorClient(orchestrator.target) as client:
-        result = client.evaluate(DOG_HORSE, prompt=prompt, request_id="one")
+        result = client.evaluate(DOG_HORSE, prompt=prompt, request_id="one", include_perception=True)
+        assert client.evaluate(DOG_HORSE, prompt=prompt).perception is None  # only when asked for
     embedded = Pipeline(Stages.create(dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")))
     want = embedded.run_one(prompt, load_image_bytes(DOG_HORSE))
     assert want.verdict is not None
     assert result.request_id == "one" and result.verdict.to_json() == want.verdict.to_json()
     assert [s.stage for s in result.stages] == ["detector", "segmenter", "depth"]  # only what the prompt needed
+    assert result.perception is not None and want.perception is not None
+    assert result.perception.detections.class_names == want.perception.detections.class_names
+    assert result.perception.refined is not None and want.perception.refined is not None
+    for k, mask in want.perception.refined.masks.items():
+        assert (result.perception.refined[k] == mask).all()
 
 
 def load_image_bytes(data: bytes):

@@ -18,6 +18,7 @@ from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from negt2i.wire.v1 import common_pb2 as _common_pb2
+from negt2i.wire.v1 import stages_pb2 as _stages_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -343,10 +344,13 @@ class EvaluateRequest(_message.Message):
     PROMPT_FIELD_NUMBER: _builtins.int
     PROMPT_ID_FIELD_NUMBER: _builtins.int
     IMAGE_FIELD_NUMBER: _builtins.int
+    INCLUDE_PERCEPTION_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """Caller's key for this item, echoed in the response (e.g. the image's path)."""
     prompt_id: _builtins.str
     """The id of a prompt in the corpus the orchestrator was started with."""
+    include_perception: _builtins.bool
+    """Also return what the stages saw (EvaluateResponse.perception), e.g. to draw the masks."""
     @_builtins.property
     def prompt(self) -> Global___PromptSpec:
         """Inline prompt metadata."""
@@ -362,10 +366,11 @@ class EvaluateRequest(_message.Message):
         prompt: Global___PromptSpec | None = ...,
         prompt_id: _builtins.str = ...,
         image: _common_pb2.Image | None = ...,
+        include_perception: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "prompt", b"prompt", "prompt_id", b"prompt_id", "prompt_source", b"prompt_source"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "prompt", b"prompt", "prompt_id", b"prompt_id", "prompt_source", b"prompt_source", "request_id", b"request_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "include_perception", b"include_perception", "prompt", b"prompt", "prompt_id", b"prompt_id", "prompt_source", b"prompt_source", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_prompt_source: _TypeAlias = _typing.Literal["prompt", "prompt_id"]  # noqa: Y015
     _WhichOneofArgType_prompt_source: _TypeAlias = _typing.Literal["prompt_source", b"prompt_source"]  # noqa: Y015
@@ -616,6 +621,7 @@ class EvaluateResponse(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     VERDICT_FIELD_NUMBER: _builtins.int
     STAGES_FIELD_NUMBER: _builtins.int
+    PERCEPTION_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """The request's request_id."""
     @_builtins.property
@@ -626,20 +632,127 @@ class EvaluateResponse(_message.Message):
     def stages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.StageService]:
         """Every stage service the verdict depended on, with its model."""
 
+    @_builtins.property
+    def perception(self) -> Global___Perception:
+        """What the stages saw; only when EvaluateRequest.include_perception was set."""
+
     def __init__(
         self,
         *,
         request_id: _builtins.str = ...,
         verdict: Global___Verdict | None = ...,
         stages: _abc.Iterable[_common_pb2.StageService] | None = ...,
+        perception: Global___Perception | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["verdict", b"verdict"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["perception", b"perception", "verdict", b"verdict"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "stages", b"stages", "verdict", b"verdict"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["perception", b"perception", "request_id", b"request_id", "stages", b"stages", "verdict", b"verdict"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EvaluateResponse: _TypeAlias = EvaluateResponse  # noqa: Y015
+
+@_typing.final
+class RefinedMask(_message.Message):
+    """A refined (SAM) mask of one detection."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DETECTION_FIELD_NUMBER: _builtins.int
+    MASK_FIELD_NUMBER: _builtins.int
+    detection: _builtins.int
+    """Index into Perception.detections.detections."""
+    @_builtins.property
+    def mask(self) -> _common_pb2.Mask:
+        """The refined mask."""
+
+    def __init__(
+        self,
+        *,
+        detection: _builtins.int = ...,
+        mask: _common_pb2.Mask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["mask", b"mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detection", b"detection", "mask", b"mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RefinedMask: _TypeAlias = RefinedMask  # noqa: Y015
+
+@_typing.final
+class InstanceAttributes(_message.Message):
+    """Attribute scores of one detection."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DETECTION_FIELD_NUMBER: _builtins.int
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    SCORES_FIELD_NUMBER: _builtins.int
+    detection: _builtins.int
+    """Index into Perception.detections.detections."""
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The values scored, e.g. the ten colors and "gray"."""
+
+    @_builtins.property
+    def scores(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """100 x cosine similarity per answer."""
+
+    def __init__(
+        self,
+        *,
+        detection: _builtins.int = ...,
+        answers: _abc.Iterable[_builtins.str] | None = ...,
+        scores: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "detection", b"detection", "scores", b"scores"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InstanceAttributes: _TypeAlias = InstanceAttributes  # noqa: Y015
+
+@_typing.final
+class Perception(_message.Message):
+    """The perception a verdict was judged from (the disparity map is left out: it is large)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DETECTIONS_FIELD_NUMBER: _builtins.int
+    REFINED_FIELD_NUMBER: _builtins.int
+    ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    USED_DEPTH_FIELD_NUMBER: _builtins.int
+    used_depth: _builtins.bool
+    """Whether a disparity map was used (depth prompts)."""
+    @_builtins.property
+    def detections(self) -> _stages_pb2.DetectResult:
+        """Every detection; ObjectVerdict.detections index into it."""
+
+    @_builtins.property
+    def refined(self) -> _containers.RepeatedCompositeFieldContainer[Global___RefinedMask]:
+        """Refined masks of the instances that relation statements measured."""
+
+    @_builtins.property
+    def attributes(self) -> _containers.RepeatedCompositeFieldContainer[Global___InstanceAttributes]:
+        """Attribute scores of the instances that attribute statements measured."""
+
+    def __init__(
+        self,
+        *,
+        detections: _stages_pb2.DetectResult | None = ...,
+        refined: _abc.Iterable[Global___RefinedMask] | None = ...,
+        attributes: _abc.Iterable[Global___InstanceAttributes] | None = ...,
+        used_depth: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["detections", b"detections"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "detections", b"detections", "refined", b"refined", "used_depth", b"used_depth"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Perception: _TypeAlias = Perception  # noqa: Y015
 
 @_typing.final
 class ItemError(_message.Message):
