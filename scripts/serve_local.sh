@@ -30,8 +30,9 @@ for i in 0 1 2 3; do
     var="NEGT2I_${stage^^}_BACKEND"
     export "$var=${!var:-${NEGT2I_BACKEND:-synthetic}}"
     stage_port=$((base + i + 1))
-    "$BENTOML" serve "services.$stage.service:${classes[$i]}" --host 127.0.0.1 --port "$stage_port" \
-        >"$logs/$stage.log" 2>&1 &
+    # each service gets its own BentoML home: BentoML keeps (and wipes at start) its Prometheus files there
+    BENTOML_HOME="$logs/bentoml-$stage" "$BENTOML" serve "services.$stage.service:${classes[$i]}" \
+        --host 127.0.0.1 --port "$stage_port" >"$logs/$stage.log" 2>&1 &
     pids+=($!)
     export "NEGT2I_${stage^^}_URL=http://127.0.0.1:$stage_port"
     echo "$stage: ${!var} on http://127.0.0.1:$stage_port (log $logs/$stage.log)"

@@ -101,6 +101,8 @@ def start_stage(stage: str, tmp: Path, *, port: int | None = None, backend: str 
     log = tmp / f"{stage}-{port}.log"
     e = base_env(tmp, {f"NEGT2I_{stage.upper()}_BACKEND": backend, "NEGT2I_MAX_REQUEST_BYTES": str(8 << 20),
                        **dict(env or {})})  # fmt: skip
+    # its own BentoML home: BentoML keeps (and wipes at start) its Prometheus files there
+    e["BENTOML_HOME"] = str(tmp / f"bentoml-{stage}-{port}")
     cmd = [str(BIN / "bentoml"), "serve", f"services.{stage}.service:{CLASSES[stage]}", "--host", "127.0.0.1",
            "--port", str(port), "--working-dir", str(REPO)]  # fmt: skip
     with log.open("ab") as fh:

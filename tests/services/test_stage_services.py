@@ -30,6 +30,11 @@ def test_health_info_and_metrics(stage_procs: dict[str, Proc], stage: str):
     assert int(info["limits"]["max_request_bytes"]) == 8 << 20
     metrics = httpx.get(f"{url}/metrics", trust_env=False).text
     assert "# TYPE" in metrics and "bentoml_service" in metrics
+    assert f'service_name="{stage}"' in metrics and all(  # each service reports its own metrics only
+        f'service_name="{other}"' not in metrics
+        for other in ("detector", "segmenter", "attributes", "depth")
+        if other != stage
+    )
 
 
 @pytest.mark.parametrize("stage", ["detector", "segmenter", "attributes", "depth"])
