@@ -97,10 +97,14 @@ def make_request(
     return req
 
 
-def _options(max_message_bytes: int) -> list[tuple[str, int]]:
+def _options(max_message_bytes: int) -> list[tuple[str, int | str]]:
+    """Channel options: message limits, and per-call round-robin over every address the target
+    resolves to (a headless Kubernetes Service lists one per orchestrator pod; gRPC keeps
+    connections open, so without this one pod would take all of a client's calls)."""
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.lb_policy_name", "round_robin"),
     ]
 
 
@@ -286,7 +290,7 @@ def _record_of(
     outcome: SubmitOutcome,
 ) -> dict[str, Any] | None:
     """The results line of one stream response (None: transient failure, no line)."""
-    from negt2i.evaluate import _error_line
+    from negt2i.evaluate import error_line
     from negt2i.results import ok_record
     from negt2i.wire import adapter
 
@@ -306,7 +310,7 @@ def _record_of(
         kind = "invalid_metadata"
     elif err.field.startswith("image"):
         kind = "unreadable_image"
-    return _error_line(job, f"{kind}: {code}: {err.message}", config, models)
+    return error_line(job, f"{kind}: {code}: {err.message}", config, models)
 
 
 def _rules_from_info(info: evaluator_pb2.ServiceInfo) -> RuleConfig:
@@ -340,7 +344,7 @@ def submit(
 ) -> SubmitOutcome:
     """Stream ``jobs`` (the first ``limit``) to the orchestrator at ``target`` and write ``out`` like
     ``negt2i evaluate`` (see the module docstring)."""
-    from negt2i.evaluate import Summary, _error_line, load_image, resume_state
+    from negt2i.evaluate import Summary, error_line, load_image, resume_state
     from negt2i.results import write_line
     from negt2i.wire import adapter
 
@@ -388,7 +392,7 @@ def submit(
                 nonlocal next_index
                 while next_index < len(todo):
                     if next_index in local:
-                        record: dict[str, Any] | None = _error_line(
+                        record: dict[str, Any] | None = error_line(
                             todo[next_index], local.pop(next_index), config, models
                         )
                     elif next_index in pending:

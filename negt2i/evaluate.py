@@ -278,7 +278,8 @@ class Summary:
         return "; ".join(parts)
 
 
-def _error_line(job: Job, error: str, config: RuleConfig, models: Mapping[str, Any]) -> dict[str, Any]:
+def error_line(job: Job, error: str, config: RuleConfig, models: Mapping[str, Any]) -> dict[str, Any]:
+    """The results line of an image that could not be judged (see ``negt2i.results.error_record``)."""
     p = job.prompt
     return error_record(
         filename=job.filename,
@@ -371,12 +372,12 @@ def evaluate(
                 res = by_index.get(i)
                 if isinstance(item, str) or res is None:
                     reason = item if isinstance(item, str) else "missing_metadata: no prompt for this image"
-                    record = _error_line(job, reason, config, models)
+                    record = error_line(job, reason, config, models)
                 elif res.verdict is not None:
                     record = ok_record(res.verdict, filename=job.filename, sample=job.sample, models=models)
                     summary.correct += int(res.verdict.correct)
                 else:
-                    record = _error_line(job, f"stage_error: {res.error}", config, models)
+                    record = error_line(job, f"stage_error: {res.error}", config, models)
                 if record["status"] == "error":
                     summary.errors[str(record["error"]).split(":", 1)[0]] += 1
                 write_line(fh, record)

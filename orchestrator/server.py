@@ -332,6 +332,10 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
+        # Close connections after ~5 min (in-flight calls get 30 s to finish) so that long-lived
+        # round-robin clients re-resolve the headless Service and reach pods the HPA added.
+        ("grpc.max_connection_age_ms", 300_000),
+        ("grpc.max_connection_age_grace_ms", 30_000),
     ]
     server = grpc.aio.server(options=options)
     evaluator_pb2_grpc.add_EvaluatorServicer_to_server(Evaluator(settings, stages, config, corpus), server)
