@@ -14,8 +14,8 @@ and the synthetic test backends run the same code around their models:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Final
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,6 +37,42 @@ def check_image(image: NDArray[np.uint8]) -> tuple[int, int]:
     if image.dtype != np.uint8:
         raise ValueError(f"image must be uint8, got dtype {image.dtype}")
     return (int(image.shape[0]), int(image.shape[1]))
+
+
+def select_detections(
+    class_id: NDArray[Any],
+    confidence: NDArray[Any],
+    xyxy: NDArray[Any],
+    shape_hw: tuple[int, int],
+    *,
+    names: Mapping[int, str],
+    floor: float,
+) -> tuple[NDArray[np.intp], tuple[str, ...], NDArray[np.float32], NDArray[np.float32]]:
+    """Which raw detector outputs become ``Detections``: ids without a benchmark name and scores below
+    ``floor`` dropped, scores clipped to [0, 1], boxes clipped to the image (x1 >= x0, y1 >= y0).
+
+    Returns the kept indices, their class names, scores and ``xyxy`` boxes.
+    """
+    n = len(class_id)
+    ids = np.asarray(class_id, dtype=np.int64).reshape(n)
+    scores = np.clip(np.asarray(confidence, dtype=np.float32).reshape(n), 0.0, 1.0)
+    keep = np.array([int(i) in names for i in ids], dtype=bool) & (scores >= floor)
+    idx = np.flatnonzero(keep)
+    h, w = shape_hw
+    boxes = np.asarray(xyxy, dtype=np.float32).reshape(n, 4)[idx]
+    boxes[:, [0, 2]] = np.clip(boxes[:, [0, 2]], 0, w)
+    boxes[:, [1, 3]] = np.clip(boxes[:, [1, 3]], 0, h)
+    boxes[:, 2] = np.maximum(boxes[:, 2], boxes[:, 0])
+    boxes[:, 3] = np.maximum(boxes[:, 3], boxes[:, 1])
+    return idx, tuple(names[int(i)] for i in ids[idx]), scores[idx], boxes
+
+
+def check_instance_masks(masks: NDArray[Any], shape_hw: tuple[int, int], count: int) -> NDArray[np.bool_]:
+    """``masks`` as bool (K, H, W) with K = ``count``; raises naming expected and actual shapes."""
+    out = np.asarray(masks, dtype=bool)
+    if out.ndim != 3 or out.shape[1:] != shape_hw or out.shape[0] != count:
+        raise ValueError(f"masks have shape {out.shape}, expected ({count}, {shape_hw[0]}, {shape_hw[1]})")
+    return out
 
 
 def chunks(n: int, size: int) -> Iterator[slice]:

@@ -32,7 +32,7 @@ from numpy.typing import NDArray
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
 from negt2i.stages.base import Image, ModelInfo
-from negt2i.stages.common import check_image, chunks
+from negt2i.stages.common import check_image, chunks, select_detections
 from negt2i.stages.registry import register
 from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING
 from negt2i.vocab import COCO_CLASSES
@@ -114,23 +114,15 @@ def to_detections(
     """Our ``Detections`` from one image's torchvision output (as numpy): ``N/A`` / background labels and
     scores below ``floor`` dropped, masks (N, 1, H, W) in [0, 1] thresholded at 0.5, boxes clipped."""
     n = len(labels)
-    ids = np.asarray(labels, dtype=np.int64).reshape(n)
-    conf = np.clip(np.asarray(scores, dtype=np.float32).reshape(n), 0.0, 1.0)
-    keep = np.array([int(i) in names for i in ids], dtype=bool) & (conf >= floor)
-    idx = np.flatnonzero(keep)
+    idx, classes, conf, xyxy = select_detections(labels, scores, boxes, shape_hw, names=names, floor=floor)
     h, w = shape_hw
-    xyxy = np.asarray(boxes, dtype=np.float32).reshape(n, 4)[idx]
-    xyxy[:, [0, 2]] = np.clip(xyxy[:, [0, 2]], 0, w)
-    xyxy[:, [1, 3]] = np.clip(xyxy[:, [1, 3]], 0, h)
-    xyxy[:, 2] = np.maximum(xyxy[:, 2], xyxy[:, 0])
-    xyxy[:, 3] = np.maximum(xyxy[:, 3], xyxy[:, 1])
     soft = np.asarray(soft_masks)
     if soft.ndim == 4 and soft.shape[1] == 1:
         soft = soft[:, 0]
     if soft.shape != (n, h, w):
         raise ValueError(f"Mask R-CNN masks have shape {np.asarray(soft_masks).shape}, expected ({n}, 1, {h}, {w})")
     masks = soft[idx] >= MASK_THRESHOLD if soft.dtype != np.bool_ else soft[idx]
-    return Detections(tuple(names[int(i)] for i in ids[idx]), conf[idx], xyxy, masks, shape_hw)
+    return Detections(classes, conf, xyxy, masks, shape_hw)
 
 
 class MaskRCNNDetector:

@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
 from negt2i.stages.base import Image, ModelInfo
-from negt2i.stages.common import check_image
+from negt2i.stages.common import check_image, select_detections
 from negt2i.stages.registry import register
 from negt2i.vocab import COCO_CLASSES
 
@@ -62,23 +62,14 @@ def to_detections(
 ) -> Detections:
     """Our ``Detections`` from RF-DETR's arrays: unknown ids and scores below ``floor`` dropped, boxes
     clipped to the image, scores clipped to [0, 1]."""
-    n = len(class_id)
-    if n and mask is None:
+    if len(class_id) and mask is None:
         raise ValueError("RF-DETR returned no masks; a segmentation model (RFDETRSeg*) is required")
-    ids = np.asarray(class_id, dtype=np.int64).reshape(n)
-    scores = np.clip(np.asarray(confidence, dtype=np.float32).reshape(n), 0.0, 1.0)
-    keep = np.array([int(i) in names for i in ids], dtype=bool) & (scores >= floor)
-    idx = np.flatnonzero(keep)
+    idx, classes, scores, boxes = select_detections(class_id, confidence, xyxy, shape_hw, names=names, floor=floor)
     h, w = shape_hw
-    boxes = np.asarray(xyxy, dtype=np.float32).reshape(n, 4)[idx]
-    boxes[:, [0, 2]] = np.clip(boxes[:, [0, 2]], 0, w)
-    boxes[:, [1, 3]] = np.clip(boxes[:, [1, 3]], 0, h)
-    boxes[:, 2] = np.maximum(boxes[:, 2], boxes[:, 0])
-    boxes[:, 3] = np.maximum(boxes[:, 3], boxes[:, 1])
     masks = np.zeros((0, h, w), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)[idx]
     if masks.shape != (len(idx), h, w):
         raise ValueError(f"RF-DETR masks have shape {masks.shape}, expected ({len(idx)}, {h}, {w})")
-    return Detections(tuple(names[int(i)] for i in ids[idx]), scores[idx], boxes, masks, shape_hw)
+    return Detections(classes, scores, boxes, masks, shape_hw)
 
 
 class RFDETRDetector:

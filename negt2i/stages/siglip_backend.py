@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import mask_to_xyxy
 from negt2i.stages.base import Image, ModelInfo
-from negt2i.stages.common import check_image, masked_crop
+from negt2i.stages.common import check_image, check_instance_masks, masked_crop
 from negt2i.stages.registry import register
 
 BACKEND: Final = "siglip2-so400m-378"
@@ -121,9 +121,7 @@ class SigLIPScorer:
         from PIL import Image as PILImage
 
         hw = check_image(image)
-        masks = np.asarray(masks, dtype=bool)
-        if masks.ndim != 3 or masks.shape[1:] != hw or masks.shape[0] != len(class_names):
-            raise ValueError(f"masks have shape {masks.shape}, expected ({len(class_names)}, {hw[0]}, {hw[1]})")
+        masks = check_instance_masks(masks, hw, len(class_names))
         out = np.zeros((len(class_names), len(answers)), dtype=np.float32)
         if not len(class_names) or not answers:
             return out

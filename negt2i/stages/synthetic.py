@@ -42,7 +42,7 @@ from negt2i import __version__
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections, mask_to_xyxy
 from negt2i.stages.base import Image, ModelInfo
-from negt2i.stages.common import check_boxes, check_image, refine_with_candidates
+from negt2i.stages.common import check_boxes, check_image, check_instance_masks, refine_with_candidates
 from negt2i.stages.registry import register
 from negt2i.vocab import COCO_CLASSES
 
@@ -296,9 +296,7 @@ class SyntheticAttributeScorer:
     ) -> NDArray[np.float32]:
         """Scores (K, len(answers)) in [0, 100]; the drawn value scores 100."""
         hw = check_image(image)
-        masks = np.asarray(masks, dtype=bool)
-        if masks.ndim != 3 or masks.shape[1:] != hw or masks.shape[0] != len(class_names):
-            raise ValueError(f"masks have shape {masks.shape}, expected ({len(class_names)}, {hw[0]}, {hw[1]})")
+        masks = check_instance_masks(masks, hw, len(class_names))
         refs = reference_colors(answers)
         codes = _code(image)
         swatch = ~np.isin(codes, _CLASS_CODES)
