@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from negt2i.metrics.records import CATEGORY_ORDER, CAUSES, SETTING_ORDER, setting_label
+from negt2i.metrics.records import CATEGORY_LABELS, CATEGORY_ORDER, CAUSES, SETTING_ORDER, setting_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -29,14 +29,6 @@ CAUSE_COLORS = {
     "positive_violated": "#4a90d9",
     "negated_violated": "#d9534f",
     "dead_zone": "#7b5ea7",
-}
-LABELS = {
-    "color": "Color",
-    "material": "Material",
-    "comparative": "Compar.",
-    "depth": "Depth",
-    "directional": "Direct.",
-    "proximity": "Proxim.",
 }
 
 
@@ -65,7 +57,7 @@ def heatmap(report: dict[str, Any], model: str) -> Figure:
                     color="white" if grid[i, j] < 55 else "black",
                 )
     ax.set_xticks(range(len(SETTING_ORDER)), [setting_label(s) for s in SETTING_ORDER])
-    ax.set_yticks(range(len(cats)), [LABELS[c] for c in cats])
+    ax.set_yticks(range(len(cats)), [CATEGORY_LABELS[c] for c in cats])
     ax.set_xlabel("setting (P asserted : N negated statements)")
     overall = m["overall"]
     ax.set_title(
@@ -118,7 +110,7 @@ def failure_bars(report: dict[str, Any]) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained", width_ratios=[8, 6])
     for ax, group, keys, label in (
         (axes[0], "by_setting", list(SETTING_ORDER), setting_label),
-        (axes[1], "by_category", [c.value for c in CATEGORY_ORDER], lambda k: LABELS[k]),
+        (axes[1], "by_category", [c.value for c in CATEGORY_ORDER], lambda k: CATEGORY_LABELS[k]),
     ):
         pooled: dict[str, Counter[str]] = {k: Counter() for k in keys}
         for m in report["models"].values():

@@ -29,6 +29,16 @@ CATEGORY_ORDER: tuple[Category, ...] = (
 )
 """Table 3's category columns: attributes (color, material), then relations."""
 
+CATEGORY_LABELS: dict[str, str] = {
+    "color": "Color",
+    "material": "Material",
+    "comparative": "Compar.",
+    "depth": "Depth",
+    "directional": "Direct.",
+    "proximity": "Proxim.",
+}
+"""Short column / axis labels of the categories (Table 3's headings)."""
+
 SETTING_ORDER: tuple[str, ...] = (
     "pos1_neg0",
     "pos0_neg1",

@@ -34,16 +34,16 @@ from typing import Any
 from negt2i import __version__
 from negt2i.metrics.benchmark import BenchmarkState, missing_cells
 from negt2i.metrics.bootstrap import bootstrap_state, paired_difference
-from negt2i.metrics.records import CATEGORY_ORDER, CAUSES, ROW_CLASSES, SETTING_ORDER, iter_rows, setting_label
+from negt2i.metrics.records import (
+    CATEGORY_LABELS,
+    CATEGORY_ORDER,
+    CAUSES,
+    ROW_CLASSES,
+    SETTING_ORDER,
+    iter_rows,
+    setting_label,
+)
 
-CATEGORY_LABELS: dict[str, str] = {
-    "color": "Color",
-    "material": "Material",
-    "comparative": "Compar.",
-    "depth": "Depth",
-    "directional": "Direct.",
-    "proximity": "Proxim.",
-}
 LOAD_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Load 1", ("pos1_neg0", "pos0_neg1")),
     ("Load 2", ("pos2_neg0", "pos1_neg1", "pos0_neg2")),
