@@ -39,6 +39,7 @@ from typing import Any, Final, TextIO
 import numpy as np
 
 from negt2i.config import CURRENT, RuleConfig
+from negt2i.jsonl import iter_json_lines
 from negt2i.pipeline import Pipeline, Stages
 from negt2i.results import error_record, ok_record, write_line
 from negt2i.spec import Prompt, SpecError, parse_prompt, read_prompts
@@ -132,42 +133,38 @@ def manifest_jobs(manifest: Path, prompts: Mapping[str, Prompt] | None = None) -
     jobs: list[Job] = []
     base = manifest.parent
     seen: dict[str, int] = {}
-    with manifest.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
+    for line in iter_json_lines(manifest):
+        lineno, entry = line.lineno, line.value
+        if line.error is not None:
+            raise EvaluateError(f"{manifest}: line {lineno} is {line.error}")
+        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+            raise EvaluateError(f'{manifest}: line {lineno} needs a "file" string')
+        rel = entry["file"]
+        if rel in seen:
+            raise EvaluateError(f"{manifest}: line {lineno} repeats file {rel!r} (first on line {seen[rel]})")
+        seen[rel] = lineno
+        path = Path(rel) if Path(rel).is_absolute() else base / rel
+        sample = entry.get("sample")
+        if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool)):
+            raise EvaluateError(f"{manifest}: line {lineno}: sample must be an integer, got {sample!r}")
+        prompt: Prompt | None = None
+        error: str | None = None
+        pid = entry.get("prompt_id")
+        if "metadata" in entry:
             try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EvaluateError(f"{manifest}: line {lineno} is not valid JSON ({exc.msg})") from None
-            if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
-                raise EvaluateError(f'{manifest}: line {lineno} needs a "file" string')
-            rel = entry["file"]
-            if rel in seen:
-                raise EvaluateError(f"{manifest}: line {lineno} repeats file {rel!r} (first on line {seen[rel]})")
-            seen[rel] = lineno
-            path = Path(rel) if Path(rel).is_absolute() else base / rel
-            sample = entry.get("sample")
-            if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool)):
-                raise EvaluateError(f"{manifest}: line {lineno}: sample must be an integer, got {sample!r}")
-            prompt: Prompt | None = None
-            error: str | None = None
-            pid = entry.get("prompt_id")
-            if "metadata" in entry:
-                try:
-                    prompt = parse_prompt(entry["metadata"], default_id=str(pid) if pid is not None else None)
-                    pid = prompt.id
-                except SpecError as exc:
-                    error = f"invalid_metadata: {manifest.name} line {lineno}: {exc}"
-            elif pid is not None:
-                if prompts is None:
-                    raise EvaluateError(f"{manifest}: line {lineno} names prompt_id {pid!r}; pass --prompts CORPUS")
-                prompt = prompts.get(str(pid))
-                if prompt is None:
-                    error = f"missing_metadata: prompt_id {pid!r} is not in the corpus"
-            else:
-                error = f"missing_metadata: {manifest.name} line {lineno} has neither metadata nor prompt_id"
-            jobs.append(Job(rel, path, sample, prompt, error, None if pid is None else str(pid)))
+                prompt = parse_prompt(entry["metadata"], default_id=str(pid) if pid is not None else None)
+                pid = prompt.id
+            except SpecError as exc:
+                error = f"invalid_metadata: {manifest.name} line {lineno}: {exc}"
+        elif pid is not None:
+            if prompts is None:
+                raise EvaluateError(f"{manifest}: line {lineno} names prompt_id {pid!r}; pass --prompts CORPUS")
+            prompt = prompts.get(str(pid))
+            if prompt is None:
+                error = f"missing_metadata: prompt_id {pid!r} is not in the corpus"
+        else:
+            error = f"missing_metadata: {manifest.name} line {lineno} has neither metadata nor prompt_id"
+        jobs.append(Job(rel, path, sample, prompt, error, None if pid is None else str(pid)))
     return jobs
 
 

@@ -34,6 +34,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from negt2i.jsonl import iter_json_lines
 from negt2i.vocab import BENCHMARK_CLASSES, COCO_CLASSES, PREDICATES, VALUES, Category
 
 SETTING_RE = re.compile(r"^pos(\d+)_neg(\d+)$")
@@ -333,24 +334,18 @@ def iter_prompts(path: str | Path) -> Iterator[Prompt]:
     zero-padded to five digits, as GenEval names its output folders.
     """
     ids: dict[str, int] = {}
-    index = 0
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecError(f"not valid JSON: {exc.msg} (column {exc.colno})", line=lineno) from None
-            try:
-                prompt = parse_prompt(record, default_id=f"{index:05d}")
-            except SpecError as exc:
-                raise exc.at_line(lineno) from None
-            if prompt.id in ids:
-                raise SpecError(f"duplicate id {prompt.id!r} (first on line {ids[prompt.id]})", field="id", line=lineno)
-            ids[prompt.id] = lineno
-            index += 1
-            yield prompt
+    for index, line in enumerate(iter_json_lines(path)):
+        lineno = line.lineno
+        if line.error is not None:
+            raise SpecError(line.error, line=lineno)
+        try:
+            prompt = parse_prompt(line.value, default_id=f"{index:05d}")
+        except SpecError as exc:
+            raise exc.at_line(lineno) from None
+        if prompt.id in ids:
+            raise SpecError(f"duplicate id {prompt.id!r} (first on line {ids[prompt.id]})", field="id", line=lineno)
+        ids[prompt.id] = lineno
+        yield prompt
 
 
 def read_prompts(path: str | Path) -> list[Prompt]:

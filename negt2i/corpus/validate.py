@@ -19,7 +19,6 @@ classes in every category.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 
 from negt2i.corpus.build import CATEGORIES, PROMPTS_PER_CELL, SETTING_NAMES
 from negt2i.corpus.templates import render
+from negt2i.jsonl import iter_json_lines
 from negt2i.spec import AttributeStatement, Polarity, Prompt, RelationStatement, SpecError, parse_prompt
 from negt2i.vocab import BENCHMARK_CLASSES
 
@@ -150,24 +150,20 @@ def validate_file(path: str | Path, *, per_cell: int = PROMPTS_PER_CELL, partial
     out: list[Violation] = []
     prompts: list[tuple[int | None, Prompt]] = []
     index = 0
-    with Path(path).open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                out.append(Violation(f"not valid JSON: {exc.msg} (column {exc.colno})", lineno))
-                continue
-            pid = record.get("id") if isinstance(record, dict) else None
-            try:
-                prompt = parse_prompt(record, default_id=f"{index:05d}")
-            except SpecError as exc:
-                out.append(Violation(exc.message, lineno, str(pid) if pid is not None else None, exc.field))
-                continue
-            finally:
-                index += 1
-            prompts.append((lineno, prompt))
+    for line in iter_json_lines(path):
+        lineno, record = line.lineno, line.value
+        if line.error is not None:
+            out.append(Violation(line.error, lineno))
+            continue
+        pid = record.get("id") if isinstance(record, dict) else None
+        try:
+            prompt = parse_prompt(record, default_id=f"{index:05d}")
+        except SpecError as exc:
+            out.append(Violation(exc.message, lineno, str(pid) if pid is not None else None, exc.field))
+            continue
+        finally:
+            index += 1
+        prompts.append((lineno, prompt))
     out.extend(validate_prompts(prompts, per_cell=per_cell, partial=partial))
     out.sort(key=lambda v: (v.line is None, v.line or 0))
     return ValidationReport(len(prompts), tuple(out))

@@ -46,7 +46,6 @@ evaluator so that differences between evaluators are paired.
 from __future__ import annotations
 
 import csv
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from negt2i.jsonl import iter_json_lines
 from negt2i.metrics.benchmark import category_order, setting_order
 from negt2i.metrics.bootstrap import percentile_interval
 from negt2i.metrics.records import ImageRow
@@ -111,17 +111,12 @@ def _rows(path: str | Path) -> Iterable[tuple[str, Mapping[str, Any]]]:
             for lineno, rec in enumerate(csv.DictReader(fh), start=2):
                 yield f"{p}:{lineno}", {k: v for k, v in rec.items() if v not in (None, "")}
         return
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise AgreementInputError(f"{p}:{lineno}: not valid JSON") from None
-            if not isinstance(rec, dict):
-                raise AgreementInputError(f"{p}:{lineno}: expected a JSON object")
-            yield f"{p}:{lineno}", rec
+    for line in iter_json_lines(p):
+        if line.error is not None:
+            raise AgreementInputError(f"{p}:{line.lineno}: {line.error}")
+        if not isinstance(line.value, dict):
+            raise AgreementInputError(f"{p}:{line.lineno}: expected a JSON object")
+        yield f"{p}:{line.lineno}", line.value
 
 
 def _field(rec: Mapping[str, Any], key: str, where: str) -> str:
