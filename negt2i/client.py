@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from negt2i.config import RuleConfig
+from negt2i.failures import Failure, FailureKind
 from negt2i.spec import Prompt
 from negt2i.verdict import Verdict
 
@@ -305,12 +306,7 @@ def _record_of(
         outcome.retry.append(job.filename)
         print(f"warning: {job.filename}: {code}: {err.message} (left for a rerun)", file=sys.stderr)
         return None
-    kind = "stage_error"
-    if err.field.startswith("prompt"):
-        kind = "invalid_metadata"
-    elif err.field.startswith("image"):
-        kind = "unreadable_image"
-    return error_line(job, f"{kind}: {code}: {err.message}", config, models)
+    return error_line(job, adapter.failure_from_proto(err), config, models)
 
 
 def _rules_from_info(info: evaluator_pb2.ServiceInfo) -> RuleConfig:
@@ -367,18 +363,18 @@ def submit(
         if out_path.parent != Path():
             out_path.parent.mkdir(parents=True, exist_ok=True)
         pending: dict[int, dict[str, Any] | None] = {}
-        local: dict[int, str] = {}
+        local: dict[int, Failure] = {}
 
         def requests() -> Iterator[evaluator_pb2.EvaluateRequest]:
             for i, job in enumerate(todo):
                 if job.error is not None or job.prompt is None:
-                    local[i] = job.error or "missing_metadata: no prompt"
+                    local[i] = job.error or Failure(FailureKind.MISSING_METADATA, "no prompt")
                     continue
                 try:
                     load_image(job.path)  # the same check (and message) as negt2i evaluate
                     data = job.path.read_bytes()
                 except (ValueError, OSError) as exc:
-                    local[i] = f"unreadable_image: {job.filename}: {exc}"
+                    local[i] = Failure(FailureKind.UNREADABLE_IMAGE, f"{job.filename}: {exc}")
                     continue
                 yield make_request(data, prompt=job.prompt, request_id=str(i))
 
@@ -401,7 +397,7 @@ def submit(
                         return
                     if record is not None:
                         if record["status"] == "error":
-                            summary.errors[str(record["error"]).split(":", 1)[0]] += 1
+                            summary.errors[str(record["error_kind"])] += 1
                         else:
                             summary.correct += int(record["correct"])
                         write_line(fh, record)

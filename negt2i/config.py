@@ -123,12 +123,23 @@ PREVIOUS = RuleConfig(
 PRESETS: dict[str, RuleConfig] = {"current": CURRENT, "previous": PREVIOUS}
 
 
-def get_preset(name: str) -> RuleConfig:
-    """Return a preset by name, with an error listing the known presets."""
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown rule preset {name!r}; known presets: {', '.join(PRESETS)}") from None
+STAGE_RULES: dict[str, tuple[str, ...]] = {
+    "detector": ("detection.prediction_floor",),
+    "segmenter": ("masks.closing_radius", "masks.min_component_fraction", "masks.box_chunk_size"),
+    "attributes": (),
+    "depth": (),
+}
+"""The rule constants each stage applies itself (by config path); a stage reports their values in its
+model info and the orchestrator refuses a stage whose values differ from its own config."""
+
+
+def stage_rules(config: RuleConfig, stage: str) -> dict[str, float]:
+    """The values of ``STAGE_RULES[stage]`` in ``config``."""
+    out: dict[str, float] = {}
+    for path in STAGE_RULES[stage]:
+        group, name = path.split(".")
+        out[path] = float(getattr(getattr(config, group), name))
+    return out
 
 
 def load_config(source: str) -> RuleConfig:

@@ -19,9 +19,10 @@ whole and flushed in job order. A run resumes: images already in the output file
 are skipped, a torn last line left by a crash is cut off, and a file written with
 another rule config or other models is refused rather than mixed.
 
-An image that cannot be judged gives an error line whose ``error`` starts with
-its kind: ``unreadable_image``, ``missing_metadata``, ``invalid_metadata``,
-``stage_error`` (a stage or the judge failed for that image).
+An image that cannot be judged gives an error line whose ``error_kind`` is a
+``negt2i.failures.FailureKind`` (``unreadable_image``, ``missing_metadata``,
+``invalid_metadata``, ``stage_error``: a stage or the judge failed for that
+image) and whose ``error`` is ``"<kind>: <details>"``.
 """
 
 from __future__ import annotations
@@ -34,19 +35,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, TextIO
 
 import numpy as np
 
 from negt2i.config import CURRENT, RuleConfig
+from negt2i.failures import Failure, FailureKind
 from negt2i.jsonl import iter_json_lines
 from negt2i.pipeline import Pipeline, Stages
 from negt2i.results import error_record, ok_record, write_line
 from negt2i.spec import Prompt, SpecError, parse_prompt, read_prompts
 from negt2i.stages.base import Image
-
-ERROR_KINDS: Final[tuple[str, ...]] = ("unreadable_image", "missing_metadata", "invalid_metadata", "stage_error")
-"""Kinds of error lines, the first word of their ``error`` field."""
 
 _HIDDEN = re.compile(r"^\.")
 
@@ -64,8 +63,8 @@ class Job:
     path: Path
     sample: int | None
     prompt: Prompt | None = None
-    error: str | None = None
-    """``kind: message`` when the image's metadata is missing or invalid."""
+    error: Failure | None = None
+    """Why the image has no prompt (metadata missing or invalid)."""
     prompt_id: str | None = None
 
 
@@ -80,30 +79,38 @@ def _visible(path: Path) -> bool:
     return not _HIDDEN.match(path.name)
 
 
-def _read_metadata(folder: Path) -> tuple[Prompt | None, str | None, str | None]:
+def _missing(message: str) -> Failure:
+    return Failure(FailureKind.MISSING_METADATA, message)
+
+
+def _invalid(message: str) -> Failure:
+    return Failure(FailureKind.INVALID_METADATA, message)
+
+
+def _read_metadata(folder: Path) -> tuple[Prompt | None, Failure | None, str | None]:
     """(prompt, error, prompt id) of a GenEval prompt folder."""
     meta = folder / "metadata.jsonl"
     if not meta.is_file():
-        return None, f"missing_metadata: {folder.name}/metadata.jsonl not found", None
+        return None, _missing(f"{folder.name}/metadata.jsonl not found"), None
     try:
         lines = [ln for ln in meta.read_text(encoding="utf-8").splitlines() if ln.strip()]
     except (OSError, UnicodeDecodeError) as exc:
-        return None, f"invalid_metadata: {folder.name}/metadata.jsonl: cannot be read ({exc})", None
+        return None, _invalid(f"{folder.name}/metadata.jsonl: cannot be read ({exc})"), None
     if len(lines) != 1:
         return (
             None,
-            f"invalid_metadata: {folder.name}/metadata.jsonl: expected one JSON record, found {len(lines)}",
+            _invalid(f"{folder.name}/metadata.jsonl: expected one JSON record, found {len(lines)}"),
             None,
         )
     try:
         record = json.loads(lines[0])
     except json.JSONDecodeError as exc:
-        return None, f"invalid_metadata: {folder.name}/metadata.jsonl: not valid JSON ({exc.msg})", None
+        return None, _invalid(f"{folder.name}/metadata.jsonl: not valid JSON ({exc.msg})"), None
     pid = record.get("id") if isinstance(record, dict) else None
     try:
         prompt = parse_prompt(record, default_id=folder.name)
     except SpecError as exc:
-        return None, f"invalid_metadata: {folder.name}/metadata.jsonl: {exc}", None if pid is None else str(pid)
+        return None, _invalid(f"{folder.name}/metadata.jsonl: {exc}"), None if pid is None else str(pid)
     return prompt, None, prompt.id
 
 
@@ -148,22 +155,22 @@ def manifest_jobs(manifest: Path, prompts: Mapping[str, Prompt] | None = None) -
         if sample is not None and (not isinstance(sample, int) or isinstance(sample, bool)):
             raise EvaluateError(f"{manifest}: line {lineno}: sample must be an integer, got {sample!r}")
         prompt: Prompt | None = None
-        error: str | None = None
+        error: Failure | None = None
         pid = entry.get("prompt_id")
         if "metadata" in entry:
             try:
                 prompt = parse_prompt(entry["metadata"], default_id=str(pid) if pid is not None else None)
                 pid = prompt.id
             except SpecError as exc:
-                error = f"invalid_metadata: {manifest.name} line {lineno}: {exc}"
+                error = _invalid(f"{manifest.name} line {lineno}: {exc}")
         elif pid is not None:
             if prompts is None:
                 raise EvaluateError(f"{manifest}: line {lineno} names prompt_id {pid!r}; pass --prompts CORPUS")
             prompt = prompts.get(str(pid))
             if prompt is None:
-                error = f"missing_metadata: prompt_id {pid!r} is not in the corpus"
+                error = _missing(f"prompt_id {pid!r} is not in the corpus")
         else:
-            error = f"missing_metadata: {manifest.name} line {lineno} has neither metadata nor prompt_id"
+            error = _missing(f"{manifest.name} line {lineno} has neither metadata nor prompt_id")
         jobs.append(Job(rel, path, sample, prompt, error, None if pid is None else str(pid)))
     return jobs
 
@@ -275,12 +282,13 @@ class Summary:
         return "; ".join(parts)
 
 
-def error_line(job: Job, error: str, config: RuleConfig, models: Mapping[str, Any]) -> dict[str, Any]:
+def error_line(job: Job, failure: Failure, config: RuleConfig, models: Mapping[str, Any]) -> dict[str, Any]:
     """The results line of an image that could not be judged (see ``negt2i.results.error_record``)."""
     p = job.prompt
     return error_record(
         filename=job.filename,
-        error=error,
+        error=failure.line(),
+        error_kind=failure.kind.value,
         prompt_id=p.id if p else job.prompt_id,
         sample=job.sample,
         tag=p.tag if p else "",
@@ -292,8 +300,8 @@ def error_line(job: Job, error: str, config: RuleConfig, models: Mapping[str, An
     )
 
 
-def _load_batch(batch: Sequence[Job]) -> list[Image | str]:
-    out: list[Image | str] = []
+def _load_batch(batch: Sequence[Job]) -> list[Image | Failure]:
+    out: list[Image | Failure] = []
     for job in batch:
         if job.error is not None:
             out.append(job.error)
@@ -301,7 +309,7 @@ def _load_batch(batch: Sequence[Job]) -> list[Image | str]:
         try:
             out.append(load_image(job.path))
         except (ValueError, OSError) as exc:
-            out.append(f"unreadable_image: {job.filename}: {exc}")
+            out.append(Failure(FailureKind.UNREADABLE_IMAGE, f"{job.filename}: {exc}"))
     return out
 
 
@@ -348,7 +356,7 @@ def evaluate(
         summary = Summary(total=len(selected), skipped=len(selected) - len(todo))
         bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="evaluate")
         batches = list(_batches(todo, batch_size))
-        pending: Future[list[Image | str]] | None = pool.submit(_load_batch, batches[0]) if batches else None
+        pending: Future[list[Image | Failure]] | None = pool.submit(_load_batch, batches[0]) if batches else None
         for k, batch in enumerate(batches):
             assert pending is not None  # submitted for every batch
             loaded = pending.result()
@@ -358,7 +366,7 @@ def evaluate(
             pixels: list[Image] = []
             for i, item in enumerate(loaded):
                 prompt = batch[i].prompt
-                if not isinstance(item, str) and prompt is not None:
+                if not isinstance(item, Failure) and prompt is not None:
                     ready.append(i)
                     prompts.append(prompt)
                     pixels.append(item)
@@ -367,16 +375,17 @@ def evaluate(
             for i, job in enumerate(batch):
                 item = loaded[i]
                 res = by_index.get(i)
-                if isinstance(item, str) or res is None:
-                    reason = item if isinstance(item, str) else "missing_metadata: no prompt for this image"
+                if isinstance(item, Failure) or res is None:
+                    reason = item if isinstance(item, Failure) else _missing("no prompt for this image")
                     record = error_line(job, reason, config, models)
                 elif res.verdict is not None:
                     record = ok_record(res.verdict, filename=job.filename, sample=job.sample, models=models)
                     summary.correct += int(res.verdict.correct)
                 else:
-                    record = error_line(job, f"stage_error: {res.error}", config, models)
+                    assert res.failure is not None  # an ImageResult has a verdict or a failure
+                    record = error_line(job, res.failure, config, models)
                 if record["status"] == "error":
-                    summary.errors[str(record["error"]).split(":", 1)[0]] += 1
+                    summary.errors[str(record["error_kind"])] += 1
                 write_line(fh, record)
                 summary.evaluated += 1
             bar.update(len(batch))

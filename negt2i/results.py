@@ -5,8 +5,8 @@ A line is a verdict (``Verdict.to_json()``: GenEval's ``tag``, ``prompt``,
 config) with GenEval's ``filename`` and ours: ``sample`` (the image's index within
 its prompt), ``status`` (``ok`` or ``error``) and ``models`` (stage -> ``ModelInfo``
 as JSON). An image that could not be judged (corrupt file, missing metadata,
-invalid metadata, a stage error) is a ``status: "error"`` line with ``error``
-giving the reason; it is never ``correct``.
+invalid metadata, a stage error) is a ``status: "error"`` line with ``error_kind``
+(a ``negt2i.failures.FailureKind``) and ``error`` giving the reason; it is never ``correct``.
 
 Lines are appended whole and flushed, so an interrupted run never leaves a
 partial line; ``read_results`` skips a torn last line with a warning.
@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from negt2i.failures import kind_of
 from negt2i.verdict import Verdict
 
 
@@ -33,6 +34,7 @@ def error_record(
     *,
     filename: str,
     error: str,
+    error_kind: str = "",
     prompt_id: str | None = None,
     sample: int | None = None,
     tag: str = "",
@@ -48,6 +50,7 @@ def error_record(
         "sample": sample,
         "status": "error",
         "error": error,
+        "error_kind": error_kind or kind_of(error),
         "prompt_id": prompt_id,
         "tag": tag,
         "prompt": prompt,

@@ -1,18 +1,20 @@
 """The ``negt2i.v1.Evaluator`` gRPC server (grpc.aio) with health checking and reflection.
 
-Per item (``docs/architecture.md``, the same flow as ``negt2i.pipeline``):
+Per item (``docs/architecture.md``), the one per-image flow of ``negt2i.flow``
+(the same as ``negt2i evaluate``'s ``Pipeline``), with its stages reached over HTTP:
 
 1. validate the request: the prompt (inline metadata through
    ``negt2i.spec.parse_prompt``, or a corpus id) and the image (size limits,
    decodable) -> INVALID_ARGUMENT / NOT_FOUND with the reason;
 2. ``detections`` from the detector service;
-3. ``plan_perception(prompt, detections, config)``;
+3. ``flow.begin``: the detections checked against the contract, the other
+   stages' requests planned;
 4. the planned segmenter / attributes / depth calls, concurrently;
-5. the perception assembled with the pipeline's own helpers
-   (``refine_planned``, ``score_planned``, ``to_disparity``) and
-   ``judge(prompt, perception, config)``.
+5. ``flow.finish``: the answers checked, the perception assembled and judged.
 
-Any stage failure fails the item (never a verdict from partial perception).
+Any failure fails the item with a ``negt2i.failures.Failure`` (kind, stage, rule,
+gRPC code); never a verdict from partial perception. Each response names the
+models that actually served it (``orchestrator.stages``, identity).
 Health: ``""`` and ``negt2i.v1.Evaluator`` are NOT_SERVING until every stage
 service answers ``/readyz`` (polled every ``health_interval_s``), and go back
 to NOT_SERVING when one stops answering.
@@ -27,69 +29,29 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
-import numpy as np
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 
-from negt2i import __version__
+from negt2i import __version__, flow
 from negt2i.config import RuleConfig, load_config
-from negt2i.perception import ImagePerception
-from negt2i.pipeline import StageError, refine_planned, score_planned, to_disparity
-from negt2i.plan import plan_perception
+from negt2i.failures import Failure, FailureKind
 from negt2i.spec import Prompt, SpecError, read_prompts
 from negt2i.stages.base import Image
 from negt2i.stages.registry import STAGES
-from negt2i.verdict import PerceptionError, judge
 from negt2i.wire import adapter
-from negt2i.wire.v1 import evaluator_pb2, evaluator_pb2_grpc
+from negt2i.wire.v1 import common_pb2, evaluator_pb2, evaluator_pb2_grpc
 from orchestrator.settings import Settings
-from orchestrator.stages import RemoteStages, StageCallError
+from orchestrator.stages import RemoteStages
 
 log = logging.getLogger("negt2i.orchestrator")
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
 SERVICE_NAME = evaluator_pb2.DESCRIPTOR.services_by_name["Evaluator"].full_name
-
-
-class ItemFailure(Exception):
-    """An item gets no verdict; ``code`` is a ``grpc.StatusCode``."""
-
-    def __init__(self, code: grpc.StatusCode, message: str, *, field: str = "", stage: str = "") -> None:
-        self.code = code
-        self.message = message
-        self.field = field
-        self.stage = stage
-        super().__init__(message)
-
-    def details(self) -> str:
-        """The status details string: the field (if any) and the reason."""
-        where = f"{self.stage}: " if self.stage else ""
-        return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
-
-    def to_proto(self) -> evaluator_pb2.ItemError:
-        return evaluator_pb2.ItemError(
-            code=self.code.value[0], message=self.details(), field=self.field, stage=self.stage
-        )
-
-
-@dataclass
-class _Precomputed:
-    """A stage object that returns what the remote call already fetched (so the pipeline helpers can
-    assemble the perception exactly as the embedded path does)."""
-
-    value: Any
-
-    def refine(self, *_: Any) -> Any:
-        return self.value
-
-    def score(self, *_: Any) -> Any:
-        return self.value
 
 
 class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
@@ -109,77 +71,64 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             try:
                 return adapter.prompt_from_proto(request.prompt)
             except adapter.WireError as exc:
-                raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, exc.message, field=exc.field) from None
+                raise _invalid(FailureKind.INVALID_METADATA, exc.message, exc.field) from None
         if source == "prompt_id":
             prompt = self.corpus.get(request.prompt_id)
             if prompt is None:
-                raise ItemFailure(
-                    grpc.StatusCode.NOT_FOUND,
+                raise Failure(
+                    FailureKind.MISSING_METADATA,
                     f"no prompt {request.prompt_id!r} in the corpus ({len(self.corpus)} prompts)",
                     field="prompt_id",
+                    code="NOT_FOUND",
                 )
             return prompt
-        raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, "set prompt or prompt_id", field="prompt_source")
+        raise _invalid(FailureKind.INVALID_METADATA, "set prompt or prompt_id", "prompt_source")
 
     async def _image(self, request: evaluator_pb2.EvaluateRequest) -> Image:
         data = request.image.data
         if not data:
-            raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, "empty image", field="image.data")
+            raise _invalid(FailureKind.UNREADABLE_IMAGE, "empty image", "image.data")
         if len(data) > self.settings.max_image_bytes:
-            raise ItemFailure(
-                grpc.StatusCode.INVALID_ARGUMENT,
+            raise _invalid(
+                FailureKind.UNREADABLE_IMAGE,
                 f"image of {len(data)} bytes exceeds the limit of {self.settings.max_image_bytes}",
-                field="image.data",
+                "image.data",
             )
         try:
             return await asyncio.to_thread(
                 adapter.decode_image, data, max_pixels=self.settings.max_pixels, field="image.data"
             )
         except adapter.WireError as exc:
-            raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, exc.message, field=exc.field) from None
+            raise _invalid(FailureKind.UNREADABLE_IMAGE, exc.message, exc.field) from None
 
     async def judge_item(
         self, request: evaluator_pb2.EvaluateRequest, deadline: float
     ) -> evaluator_pb2.EvaluateResponse:
-        """The verdict for one request, or ``ItemFailure``."""
+        """The verdict for one request, or a ``Failure``."""
         prompt = self._prompt(request)
         image = await self._image(request)
         data = request.image.data
         hw = (int(image.shape[0]), int(image.shape[1]))
-        try:
-            det = await self.stages.detect(data, hw, deadline)
-            plan = plan_perception(prompt, det, self.config)
-            used = ["detector"]
-            calls: dict[str, Any] = {}
-            if plan.refine:
-                idx = np.asarray(plan.refine, dtype=np.intp)
-                calls["segmenter"] = self.stages.segment(data, det.xyxy[idx], det.masks[idx], hw, deadline)
-            if plan.attributes:
-                idx = np.asarray(plan.attributes, dtype=np.intp)
-                names = [det.class_names[i] for i in idx]
-                calls["attributes"] = self.stages.attributes(data, det.masks[idx], names, plan.answers, deadline)
-            if plan.depth:
-                calls["depth"] = self.stages.depth(data, hw, deadline)
-            fetched = dict(zip(calls, await _gather_all(list(calls.values())), strict=True))
-            used += list(calls)
-        except StageCallError as exc:
-            raise ItemFailure(
-                getattr(grpc.StatusCode, exc.code), exc.message, field=exc.field, stage=exc.stage
-            ) from None
-        try:
-            refined = refine_planned(image, det, plan, _Precomputed(fetched.get("segmenter")))  # type: ignore[arg-type]
-            attributes = score_planned(image, det, plan, _Precomputed(fetched.get("attributes")))  # type: ignore[arg-type]
-            disparity = to_disparity(fetched["depth"], hw) if "depth" in fetched else None
-            perception = ImagePerception(det, refined=refined, attributes=attributes, disparity=disparity)
-            verdict = judge(prompt, perception, self.config)
-        except StageError as exc:
-            raise ItemFailure(grpc.StatusCode.INTERNAL, exc.message, stage=exc.stage) from None
-        except (PerceptionError, ValueError) as exc:
-            raise ItemFailure(grpc.StatusCode.INTERNAL, f"judge: {exc}") from None
+        det, detector = await self.stages.detect(data, hw, deadline)
+        served: dict[str, common_pb2.StageService] = {"detector": detector}
+        req = flow.begin(prompt, det, hw, self.config)
+        calls: dict[str, Any] = {}
+        if req.refine is not None:
+            calls["refined"] = self.stages.segment(data, req.refine.boxes, req.refine.reference_masks, hw, deadline)
+        if req.attributes is not None:
+            a = req.attributes
+            calls["scores"] = self.stages.attributes(data, a.masks, list(a.class_names), a.answers, deadline)
+        if req.depth:
+            calls["disparity"] = self.stages.depth(data, hw, deadline)
+        answers: dict[str, Any] = {}
+        for name, (value, service) in zip(calls, await _gather_all(list(calls.values())), strict=True):
+            answers[name] = value
+            served[service.stage] = service
+        verdict, perception = flow.finish(prompt, req, config=self.config, **answers)
         response = evaluator_pb2.EvaluateResponse(
             request_id=request.request_id,
             verdict=adapter.verdict_to_proto(verdict),
-            stages=[self.stages.service(s) for s in STAGES if s in used],
+            stages=[served[s] for s in STAGES if s in served],
         )
         if request.include_perception:
             response.perception.CopyFrom(adapter.perception_to_proto(perception))
@@ -198,8 +147,8 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         """Judge one image against one prompt."""
         try:
             return await self.judge_item(request, self._deadline(context))
-        except ItemFailure as exc:
-            await context.abort(exc.code, exc.details())
+        except Failure as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL), exc.details())
             raise  # unreachable: abort raises
         except asyncio.CancelledError:
             raise
@@ -222,11 +171,12 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             try:
                 result = await self.judge_item(request, self._deadline(context))
                 await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, result=result))
-            except ItemFailure as exc:
-                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, error=exc.to_proto()))
+            except Failure as exc:
+                err = adapter.failure_to_proto(exc)
+                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, error=err))
             except Exception as exc:  # never lose an item silently
                 log.exception("item %s failed", request.request_id)
-                err = ItemFailure(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}").to_proto()
+                err = adapter.failure_to_proto(Failure(FailureKind.STAGE_ERROR, f"{type(exc).__name__}: {exc}"))
                 await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, error=err))
             finally:
                 window.release()
@@ -272,6 +222,10 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             corpus_prompts=len(self.corpus),
             rules_json=json.dumps(self.config.record(), separators=(",", ":")),
         )
+
+
+def _invalid(kind: FailureKind, message: str, field: str) -> Failure:
+    return Failure(kind, message, field=field, code="INVALID_ARGUMENT")
 
 
 async def _gather_all(coros: Sequence[Any]) -> list[Any]:
@@ -328,6 +282,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         retries=settings.retries,
         backoff_s=settings.backoff_s,
         depth_encoding=settings.depth_encoding,
+        config=config,
     )
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),

@@ -8,10 +8,19 @@ Every call:
 - is retried (stage calls are pure functions of their inputs, so idempotent)
   after connection errors, timeouts and HTTP 502 / 503 / 504, with exponential
   backoff, only while the deadline leaves room;
-- ends in a ``StageCallError`` carrying the gRPC status it maps to:
-  UNAVAILABLE (stage down), DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (stage
-  overloaded: 429 or 503 after the retries), INVALID_ARGUMENT (the stage
-  rejected this item's inputs, or 413), INTERNAL (a contract violation).
+- ends in a ``negt2i.failures.StageError`` carrying the gRPC status it maps to:
+  UNAVAILABLE (stage down, or its ``/info`` not valid for this orchestrator),
+  DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (stage overloaded: 429 or 503 after the
+  retries), INVALID_ARGUMENT (the stage rejected this item's inputs, or 413),
+  INTERNAL (a contract violation, naming the rule).
+
+Identity (``docs/stage-contract.md``, "When /info is read"): ``GET /info`` is read
+on every health poll and validated (contract ``negt2i.v1``, the stage it names,
+and the rule constants it applies against this orchestrator's config: a stage
+that fails is refused with UNAVAILABLE). Every stage result carries the digest
+of the model that served it; a digest other than the one last read makes the
+orchestrator re-read ``/info`` at once, so the results line names the model that
+actually served the item, without an outage.
 
 Bytes sent and received per stage are counted (``wire``), so a request's cost
 on the wire can be measured.
@@ -20,7 +29,9 @@ on the wire can be measured.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,26 +41,19 @@ import httpx
 import numpy as np
 from numpy.typing import NDArray
 
+from negt2i.config import RuleConfig, stage_rules
+from negt2i.failures import StageError
 from negt2i.perception import BoolMask, Detections
 from negt2i.stages.base import ModelInfo
 from negt2i.wire import adapter
 from negt2i.wire.stage_handlers import ROUTES
 from negt2i.wire.v1 import common_pb2, stages_pb2
 
+log = logging.getLogger("negt2i.orchestrator")
+
 RETRY_STATUS: Final = frozenset({502, 503, 504})
 BUSY_STATUS: Final = frozenset({429, 503})
 _JSON: Final = {"content-type": "application/json"}
-
-
-class StageCallError(Exception):
-    """A stage call failed; ``code`` is the gRPC status name it maps to."""
-
-    def __init__(self, code: str, stage: str, message: str, *, field: str = "") -> None:
-        self.code = code
-        self.stage = stage
-        self.message = message
-        self.field = field
-        super().__init__(f"{stage}: {message}")
 
 
 @dataclass
@@ -80,7 +84,7 @@ class _Limiter:
 
     async def __aenter__(self) -> None:
         if self.sem.locked() and self.waiting >= self.queue:
-            raise StageCallError("RESOURCE_EXHAUSTED", self.stage, f"queue full ({self.waiting} calls waiting)")
+            raise StageError(self.stage, f"queue full ({self.waiting} calls waiting)", code="RESOURCE_EXHAUSTED")
         self.waiting += 1
         try:
             await self.sem.acquire()
@@ -105,7 +109,10 @@ class RemoteStages:
         backoff_s: float = 0.1,
         depth_encoding: str = "float16",
         client: httpx.AsyncClient | None = None,
+        config: RuleConfig | None = None,
     ) -> None:
+        """``config``: the rule config whose stage constants every stage's ``/info`` must report (None: not
+        checked)."""
         self.urls = {k: v.rstrip("/") for k, v in urls.items()}
         self.call_timeout_s = call_timeout_s
         self.retries = retries
@@ -121,8 +128,11 @@ class RemoteStages:
         }
         self.limiters = {s: _Limiter(s, concurrency, queue) for s in self.urls}
         self.wire = WireStats()
+        self.config = config
         self.infos: dict[str, stages_pb2.StageInfo] = {}
-        self._up: dict[str, bool] = {}
+        self.digests: dict[str, str] = {}
+        self.problems: dict[str, str] = {}
+        """Stage -> why its last ``/info`` was refused (calls to it fail with UNAVAILABLE until it is fixed)."""
 
     async def close(self) -> None:
         """Close the pooled connections."""
@@ -132,22 +142,67 @@ class RemoteStages:
     # ------------------------------------------------------------------ health and info
 
     async def ready(self, stage: str, timeout_s: float = 2.0) -> bool:
-        """Whether ``GET /readyz`` answers 200 (and ``GET /info`` was read once)."""
+        """Whether ``GET /readyz`` answers 200 and ``GET /info`` (re-read on every poll) is valid."""
         try:
             r = await self.clients[stage].get(f"{self.urls[stage]}/readyz", timeout=timeout_s)
             if r.status_code != 200:
-                self._up[stage] = False
                 return False
-            if not self._up.get(stage):  # (re)appeared: read its model again, it may have been replaced
-                info = await self.clients[stage].get(f"{self.urls[stage]}/info", timeout=timeout_s)
-                if info.status_code != 200:
-                    return False
-                self.infos[stage] = adapter.from_json(info.json(), stages_pb2.StageInfo)
-                self._up[stage] = True
-            return True
+            return await self.read_info(stage, timeout_s)
         except (httpx.HTTPError, ValueError, adapter.WireError):
-            self._up[stage] = False
             return False
+
+    def check_info(self, stage: str, info: stages_pb2.StageInfo) -> str:
+        """Why ``info`` is not acceptable for ``stage`` (empty when it is)."""
+        if info.contract != adapter.CONTRACT:
+            return f"/info names contract {info.contract!r}, expected {adapter.CONTRACT!r}"
+        if info.model.stage != stage:
+            return f"/info names stage {info.model.stage!r}, but this URL is the {stage}"
+        if not info.model.model:
+            return "/info names no model"
+        if self.config is not None:
+            want = stage_rules(self.config, stage)
+            got = {k: float(v) for k, v in info.model.rules.items()}
+            if got != want:
+                return (f"the stage applies rule constants {got or 'unstated'}, this orchestrator's rules "
+                        f"({self.config.name}) say {want}: start the stage with the same NEGT2I_RULES")  # fmt: skip
+        return ""
+
+    async def read_info(self, stage: str, timeout_s: float = 2.0) -> bool:
+        """Read and validate ``GET /info``; True when it is valid (its model is then the stage's record)."""
+        r = await self.clients[stage].get(f"{self.urls[stage]}/info", timeout=timeout_s)
+        if r.status_code != 200:
+            return False
+        info = stages_pb2.StageInfo()
+        try:
+            info = adapter.from_json(r.json(), stages_pb2.StageInfo)
+            adapter.model_info_from_proto(info.model)
+        except (ValueError, adapter.WireError) as exc:
+            problem = f"/info is not a valid StageInfo ({exc})"
+        else:
+            problem = self.check_info(stage, info)
+        if problem:
+            if self.problems.get(stage) != problem:
+                log.error("%s at %s refused: %s", stage, self.urls[stage], problem)
+            self.problems[stage] = problem
+            return False
+        self.problems.pop(stage, None)
+        self.infos[stage] = info
+        self.digests[stage] = adapter.model_info_from_proto(info.model).digest()
+        return True
+
+    async def served_by(self, stage: str, digest: str) -> common_pb2.StageService:
+        """The record of the model that served a result carrying ``digest`` (``/info`` re-read when it changed)."""
+        if digest and digest != self.digests.get(stage):
+            with contextlib.suppress(httpx.HTTPError):
+                await self.read_info(stage)
+            if digest != self.digests.get(stage):
+                now = self.digests.get(stage) or "none"
+                raise StageError(
+                    stage,
+                    f"the result names model {digest}, but /info names {now} (an instance is being replaced)",
+                    code="UNAVAILABLE",
+                )
+        return self.service(stage)
 
     def service(self, stage: str) -> common_pb2.StageService:
         """The ``StageService`` record of a stage (its model as last read from ``/info``)."""
@@ -165,6 +220,8 @@ class RemoteStages:
 
     async def call(self, stage: str, item: dict[str, Any], deadline: float) -> dict[str, Any]:
         """POST one item to a stage and return its one JSON result (see the module docstring)."""
+        if stage in self.problems:
+            raise StageError(stage, f"refused: {self.problems[stage]}", rule="stage-info", code="UNAVAILABLE")
         url = f"{self.urls[stage]}/{ROUTES[stage]}"
         body = json.dumps({"items": [item]}, separators=(",", ":")).encode()
         async with self.limiters[stage]:
@@ -172,7 +229,7 @@ class RemoteStages:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise StageCallError("DEADLINE_EXCEEDED", stage, "the deadline passed before the stage answered")
+                    raise StageError(stage, "the deadline passed before the stage answered", code="DEADLINE_EXCEEDED")
                 timeout = min(self.call_timeout_s, left)
                 retry_reason: str
                 try:
@@ -185,7 +242,7 @@ class RemoteStages:
                     )
                 except (httpx.TimeoutException, TimeoutError):
                     if deadline - time.monotonic() <= 0:
-                        raise StageCallError("DEADLINE_EXCEEDED", stage, f"no answer within {timeout:.1f} s") from None
+                        raise StageError(stage, f"no answer within {timeout:.1f} s", code="DEADLINE_EXCEEDED") from None
                     retry_reason = f"timed out after {timeout:.1f} s"
                 except httpx.TransportError as exc:
                     retry_reason = f"unreachable at {self.urls[stage]} ({type(exc).__name__})"
@@ -198,12 +255,12 @@ class RemoteStages:
                     retry_reason = f"HTTP {r.status_code}"
                     if attempt >= self.retries:
                         code = "RESOURCE_EXHAUSTED" if r.status_code in BUSY_STATUS else "UNAVAILABLE"
-                        raise StageCallError(code, stage, f"{retry_reason} after {attempt + 1} attempts")
+                        raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code=code)
                 if attempt >= self.retries:
-                    raise StageCallError("UNAVAILABLE", stage, f"{retry_reason} after {attempt + 1} attempts")
+                    raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code="UNAVAILABLE")
                 delay = min(self.backoff_s * (2**attempt), 2.0)
                 if time.monotonic() + delay >= deadline:
-                    raise StageCallError("UNAVAILABLE", stage, f"{retry_reason}; no time left to retry")
+                    raise StageError(stage, f"{retry_reason}; no time left to retry", code="UNAVAILABLE")
                 attempt += 1
                 await asyncio.sleep(delay)
 
@@ -212,20 +269,20 @@ class RemoteStages:
         try:
             data = r.json()
         except ValueError:
-            raise StageCallError("INTERNAL", stage, "the stage answered 200 with a body that is not JSON") from None
+            raise StageError(stage, "the stage answered 200 with a body that is not JSON", code="INTERNAL") from None
         if not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], dict):
-            raise StageCallError("INTERNAL", stage, "the stage must answer a JSON array with one result per item")
+            raise StageError(stage, "the stage must answer a JSON array with one result per item", code="INTERNAL")
         result: dict[str, Any] = data[0]
         return result
 
     @staticmethod
-    def _http_error(stage: str, r: httpx.Response) -> StageCallError:
+    def _http_error(stage: str, r: httpx.Response) -> StageError:
         text = r.text[:300]
         if r.status_code == 413:
-            return StageCallError("INVALID_ARGUMENT", stage, f"the request is too large for the stage ({text})")
+            return StageError(stage, f"the request is too large for the stage ({text})", code="INVALID_ARGUMENT")
         if r.status_code == 429:
-            return StageCallError("RESOURCE_EXHAUSTED", stage, f"the stage is overloaded ({text})")
-        return StageCallError("INTERNAL", stage, f"HTTP {r.status_code} from the stage ({text})")
+            return StageError(stage, f"the stage is overloaded ({text})", code="RESOURCE_EXHAUSTED")
+        return StageError(stage, f"HTTP {r.status_code} from the stage ({text})", code="INTERNAL")
 
     @staticmethod
     def _parse(stage: str, data: dict[str, Any], cls: type[Any]) -> Any:
@@ -234,52 +291,58 @@ class RemoteStages:
             adapter.check_item(msg, stage)
         except adapter.StageItemError as exc:
             code = "INVALID_ARGUMENT" if exc.status == 400 else "INTERNAL"
-            raise StageCallError(code, stage, exc.message, field=exc.field) from None
+            raise StageError(stage, exc.message, field=exc.field, code=code) from None
         except adapter.WireError as exc:
-            raise StageCallError("INTERNAL", stage, f"contract violation: {exc}") from None
+            raise StageError(stage, f"contract violation: {exc}", rule="result-schema") from None
         return msg
 
     # ------------------------------------------------------------------ the four stages
+    # Each returns its answer and the record of the model that served it.
 
-    async def detect(self, image: bytes, shape_hw: tuple[int, int], deadline: float) -> Detections:
-        """Detections of one image (validated against its size)."""
+    async def detect(
+        self, image: bytes, shape_hw: tuple[int, int], deadline: float
+    ) -> tuple[Detections, common_pb2.StageService]:
+        """Detections of one image (checked against the contract by ``negt2i.flow.begin``)."""
         item = adapter.to_json(stages_pb2.DetectItem(image=adapter.image_to_proto(image)))
         msg = self._parse("detector", await self.call("detector", item, deadline), stages_pb2.DetectResult)
         try:
             det = adapter.detections_from_proto(msg, field="detector")
         except adapter.WireError as exc:
-            raise StageCallError("INTERNAL", "detector", f"contract violation: {exc}") from None
-        if det.shape_hw != shape_hw:
-            raise StageCallError("INTERNAL", "detector", f"detections are for {det.shape_hw}, the image is {shape_hw}")
-        return det
+            raise StageError("detector", f"contract violation: {exc}", rule="detect-result") from None
+        return det, await self.served_by("detector", msg.model_digest)
 
     async def segment(
         self, image: bytes, boxes: NDArray[np.float32], refs: BoolMask, shape_hw: tuple[int, int], deadline: float
-    ) -> BoolMask:
+    ) -> tuple[BoolMask, common_pb2.StageService]:
         """Refined masks (K, H, W) for K box prompts."""
         item = adapter.to_json(adapter.segment_item(image, boxes, refs))
         msg = self._parse("segmenter", await self.call("segmenter", item, deadline), stages_pb2.SegmentResult)
         try:
-            return adapter.segment_result_masks(msg, boxes.shape[0], shape_hw)
+            masks = adapter.segment_result_masks(msg, boxes.shape[0], shape_hw)
         except adapter.WireError as exc:
-            raise StageCallError("INTERNAL", "segmenter", f"contract violation: {exc}") from None
+            raise StageError("segmenter", f"contract violation: {exc}", rule="mask-size") from None
+        return masks, await self.served_by("segmenter", msg.model_digest)
 
     async def attributes(
         self, image: bytes, masks: BoolMask, names: list[str], answers: tuple[str, ...], deadline: float
-    ) -> NDArray[np.float32]:
+    ) -> tuple[NDArray[np.float32], common_pb2.StageService]:
         """Scores (K, A)."""
         item = adapter.to_json(adapter.attributes_item(image, masks, names, answers))
         msg = self._parse("attributes", await self.call("attributes", item, deadline), stages_pb2.AttributesResult)
         try:
-            return adapter.attributes_result_scores(msg, masks.shape[0], len(answers))
+            scores = adapter.attributes_result_scores(msg, masks.shape[0], len(answers))
         except adapter.WireError as exc:
-            raise StageCallError("INTERNAL", "attributes", f"contract violation: {exc}") from None
+            raise StageError("attributes", f"contract violation: {exc}", rule="result-count") from None
+        return scores, await self.served_by("attributes", msg.model_digest)
 
-    async def depth(self, image: bytes, shape_hw: tuple[int, int], deadline: float) -> NDArray[np.float32]:
+    async def depth(
+        self, image: bytes, shape_hw: tuple[int, int], deadline: float
+    ) -> tuple[NDArray[np.float32], common_pb2.StageService]:
         """Disparity (H, W) float32."""
         item = adapter.to_json(stages_pb2.DepthItem(image=adapter.image_to_proto(image), encoding=self.depth_encoding))
         msg = self._parse("depth", await self.call("depth", item, deadline), stages_pb2.DepthResult)
         try:
-            return adapter.depth_result_map(msg, shape_hw)
+            values = adapter.depth_result_map(msg, shape_hw)
         except adapter.WireError as exc:
-            raise StageCallError("INTERNAL", "depth", f"contract violation: {exc}") from None
+            raise StageError("depth", f"contract violation: {exc}", rule="mask-size") from None
+        return values, await self.served_by("depth", msg.model_digest)

@@ -142,7 +142,9 @@ class BadShapeDepth:
 def test_wrong_shaped_stage_output_is_an_error():
     stages = Stages(SyntheticDetector(), SyntheticSegmenter(), depth=BadShapeDepth())
     result = Pipeline(stages).run_one(_prompt("z", "depth", ["dog", "horse"], _rel("behind")), SCENE)
-    assert result.error == "depth: returned a map of shape (3, 3), expected (H, W) = (128, 128)"
+    assert result.error == "depth: [mask-size] returned a map of shape (3, 3), expected (H, W) = (128, 128)"
+    assert result.failure is not None and (result.failure.stage, result.failure.rule) == ("depth", "mask-size")
+    assert result.failure.kind == "stage_error"
 
 
 def test_stages_create_and_models():

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from negt2i.failures import OTHER_KIND
 from negt2i.metrics.records import CATEGORY_ORDER, CAUSES, ROW_CLASSES, SETTING_ORDER, ImageRow
 
 RELATION_CATEGORIES: tuple[str, ...] = tuple(c.value for c in CATEGORY_ORDER if c.is_relation)
@@ -109,7 +110,7 @@ class BenchmarkState:
     unplaced_errors: list[str] = field(default_factory=list)
     """``file:line`` of error lines without a prompt id (reported, not scored)."""
     errors: Counter[str] = field(default_factory=Counter)
-    """Error reason -> number of error lines."""
+    """Failure kind (``negt2i.failures.FailureKind``) -> number of error lines (never counted by message)."""
     failed_statements: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
     """(category, setting, polarity, cause) -> failed statements."""
     statements: Counter[tuple[str, str, str]] = field(default_factory=Counter)
@@ -131,7 +132,7 @@ class BenchmarkState:
         self.seen[row.key] = row.where
         self.provenance.update(row)
         if row.status == "error":
-            self.errors[row.error or "unknown error"] += 1
+            self.errors[row.error_kind or OTHER_KIND] += 1
             if row.prompt_id is None:
                 self.unplaced_errors.append(row.where)
                 return
@@ -223,7 +224,7 @@ class BenchmarkState:
             "errors": {
                 "lines": sum(self.errors.values()),
                 "unplaced": len(self.unplaced_errors),
-                "reasons": dict(self.errors.most_common()),
+                "kinds": dict(sorted(self.errors.items())),
             },
             "unscorable_prompts": sorted(
                 pid for pid, t in self.prompts.items() if t.category is None or t.setting is None

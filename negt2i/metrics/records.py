@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from negt2i.failures import kind_of
 from negt2i.results import read_results
 from negt2i.spec import SETTING_RE
 from negt2i.vocab import Category
@@ -108,6 +109,8 @@ class ImageRow:
     correct: bool
     failure_class: str | None
     error: str | None
+    error_kind: str | None
+    """An error line's ``negt2i.failures.FailureKind`` value (``other`` when the file names none we know)."""
     objects_ok: tuple[bool, ...]
     statements: tuple[StatementRow, ...]
     config_name: str | None
@@ -211,6 +214,7 @@ def parse_line(rec: Mapping[str, Any], *, source: str = "<memory>", line: int = 
             correct=False,
             failure_class=None,
             error=str(rec.get("error") or rec.get("reason") or "unknown error"),
+            error_kind=kind_of(rec.get("error"), rec.get("error_kind")),
             objects_ok=(),
             statements=(),
             **common,
@@ -258,6 +262,7 @@ def parse_line(rec: Mapping[str, Any], *, source: str = "<memory>", line: int = 
         correct=correct,
         failure_class=failure_class,
         error=None,
+        error_kind=None,
         objects_ok=tuple(objects_ok),
         statements=tuple(statements),
         **common,

@@ -14,9 +14,28 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
+from negt2i.config import RuleConfig, stage_rules
 from negt2i.perception import Detections
 
 Image = NDArray[np.uint8]
+
+
+class OperatingPoint(BaseModel):
+    """What a detector's scores mean (``docs/stage-contract.md``, "Operating point").
+
+    The presence / counting thresholds of the rule config (0.03 / 0.5) are RF-DETR's
+    operating point at floor 0.005 without suppression; a detector with another
+    operating point needs its own thresholds in the rules file.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prediction_floor: float
+    """Detections scoring below this are never returned."""
+    suppression: str = "none"
+    """The detector's own overlap suppression: ``none`` (RF-DETR) or e.g. ``nms:0.5`` (Mask R-CNN)."""
+    input_size: int = 0
+    """The side in pixels the model resizes images to (0: native resolution)."""
 
 
 class ModelInfo(BaseModel):
@@ -38,6 +57,23 @@ class ModelInfo(BaseModel):
     """Backend library and version, e.g. ``rfdetr 1.11.2``."""
     device: str = "cpu"
     dtype: str = "float32"
+    operating_point: OperatingPoint | None = None
+    """The detector's operating point (None for the other stages)."""
+    rules: dict[str, float] = {}
+    """Rule constants the stage applies itself, by config path (``negt2i.config.stage_rules``)."""
+
+    def digest(self) -> str:
+        """A short, stable hash of everything above: a replaced model gives another digest."""
+        import hashlib
+        import json
+
+        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def applied(info: ModelInfo, config: RuleConfig, operating_point: OperatingPoint | None = None) -> ModelInfo:
+    """``info`` stating the rule constants of ``config`` the stage applies (and a detector's operating point)."""
+    return info.model_copy(update={"rules": stage_rules(config, info.stage), "operating_point": operating_point})
 
 
 @runtime_checkable

@@ -31,7 +31,7 @@ from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
-from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.base import Image, ModelInfo, OperatingPoint, applied
 from negt2i.stages.common import check_image, chunks, select_detections
 from negt2i.stages.registry import register
 from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING
@@ -171,7 +171,11 @@ class MaskRCNNDetector:
         model.load_state_dict(state)
         model.to(dev)
         info = model_info("detector", BACKEND, MODEL, dist="torchvision", device=dev, weights=verified)
-        return cls(model, info, floor=floor, batch_size=batch_size)
+        nms = float(model.roi_heads.nms_thresh)
+        point = OperatingPoint(
+            prediction_floor=floor, suppression=f"nms:{nms:g}", input_size=int(model.transform.min_size[0])
+        )
+        return cls(model, applied(info, config, point), floor=floor, batch_size=batch_size)
 
     def detect(self, images: Sequence[Image]) -> list[Detections]:
         """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling."""

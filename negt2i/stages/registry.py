@@ -9,7 +9,8 @@ importing the registry never imports torch.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 STAGES: Final[tuple[str, ...]] = ("detector", "segmenter", "attributes", "depth")
@@ -60,6 +61,24 @@ def _load_builtins() -> None:
         _state["loaded"] = True
         for module in BUILTIN_MODULES:
             importlib.import_module(module)
+        import_backend_modules()
+
+
+BACKEND_MODULES_ENV: Final = "NEGT2I_BACKEND_MODULES"
+"""Comma-separated modules imported before a backend is built, to register more backends
+(``docs/stage-contract.md``, "Plug-in backends"); read by the stage services and ``negt2i evaluate``."""
+
+
+def import_backend_modules(env: Mapping[str, str] | None = None) -> list[str]:
+    """Import the modules named in ``NEGT2I_BACKEND_MODULES``; returns their names."""
+    value = (os.environ if env is None else env).get(BACKEND_MODULES_ENV, "")
+    names = [m.strip() for m in value.split(",") if m.strip()]
+    for module in names:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(f"{BACKEND_MODULES_ENV}: cannot import {module!r} ({exc})") from None
+    return names
 
 
 def available(stage: str) -> list[str]:

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
-from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.base import Image, ModelInfo, OperatingPoint, applied
 from negt2i.stages.common import check_image, select_detections
 from negt2i.stages.registry import register
 from negt2i.vocab import COCO_CLASSES
@@ -109,7 +109,10 @@ class RFDETRDetector:
 
         model = RFDETRSegXLarge(pretrain_weights=str(verified.path("rf-detr-seg-xlarge.pt")), device=str(dev))
         info = model_info("detector", BACKEND, MODEL, dist="rfdetr", device=dev, weights=verified)
-        return cls(model, info, floor=config.detection.prediction_floor)
+        floor = config.detection.prediction_floor
+        size = int(getattr(getattr(model, "model_config", None), "resolution", 0) or 0)
+        info = applied(info, config, OperatingPoint(prediction_floor=floor, suppression="none", input_size=size))
+        return cls(model, info, floor=floor)
 
     def detect(self, images: Sequence[Image]) -> list[Detections]:
         """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling."""

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
-from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.base import Image, ModelInfo, applied
 from negt2i.stages.common import check_boxes, check_image, refine_with_candidates
 from negt2i.stages.registry import register
 
@@ -74,7 +74,7 @@ class SAM2Segmenter:
         model = build_model(verified.path("sam2.1_hiera_small.pt"), dev)
         return cls(
             make_predictor(model),
-            model_info("segmenter", BACKEND, MODEL, dist="sam2", device=dev, weights=verified),
+            applied(model_info("segmenter", BACKEND, MODEL, dist="sam2", device=dev, weights=verified), config),
             config=config,
         )
 

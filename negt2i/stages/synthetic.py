@@ -41,7 +41,7 @@ from scipy import ndimage
 from negt2i import __version__
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections, mask_to_xyxy
-from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.base import Image, ModelInfo, OperatingPoint, applied
 from negt2i.stages.common import check_boxes, check_image, check_instance_masks, refine_with_candidates
 from negt2i.stages.registry import register
 from negt2i.vocab import COCO_CLASSES
@@ -213,12 +213,13 @@ def find_objects(image: Image, min_area: int = 4) -> list[tuple[str, NDArray[np.
 class SyntheticDetector:
     """Finds ``render_scene`` objects by their class colour; every detection scores ``score``."""
 
-    def __init__(self, *, score: float = 0.9, min_area: int = 4, **_: Any) -> None:
+    def __init__(self, *, score: float = 0.9, min_area: int = 4, config: RuleConfig = CURRENT, **_: Any) -> None:
         if not 0.0 <= score <= 1.0:
             raise ValueError(f"score must be in [0, 1], got {score}")
         self.score = score
         self.min_area = min_area
-        self.info = _info("detector")
+        floor = config.detection.prediction_floor
+        self.info = applied(_info("detector"), config, OperatingPoint(prediction_floor=floor))
 
     def detect(self, images: Sequence[Image]) -> list[Detections]:
         """One ``Detections`` per image (see the module docstring)."""
@@ -242,7 +243,7 @@ class SyntheticSegmenter:
 
     def __init__(self, *, config: RuleConfig = CURRENT, **_: Any) -> None:
         self.config = config
-        self.info = _info("segmenter")
+        self.info = applied(_info("segmenter"), config)
         self.calls = 0
         """How many candidate batches were computed (tests check the chunking)."""
 

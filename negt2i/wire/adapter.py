@@ -26,9 +26,10 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from negt2i import rle
+from negt2i.failures import Failure, FailureKind
 from negt2i.perception import AttributeScores, BoolMask, Detections, ImagePerception, RefinedMasks
 from negt2i.spec import AttributeStatement, Polarity, Prompt, SpecError, parse_prompt
-from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.base import Image, ModelInfo, OperatingPoint
 from negt2i.verdict import Verdict
 from negt2i.vocab import Category
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
@@ -177,15 +178,86 @@ def boxes_from_proto(msgs: Sequence[common_pb2.Box]) -> NDArray[np.float32]:
     return np.array([[b.x0, b.y0, b.x1, b.y1] for b in msgs], dtype=np.float32).reshape(-1, 4)
 
 
+_MODEL_SCALARS: Final = ("stage", "backend", "model", "revision", "sha256", "library", "device", "dtype")
+
+
 def model_info_to_proto(info: ModelInfo) -> common_pb2.ModelInfo:
     """A stage's ``ModelInfo``."""
-    return common_pb2.ModelInfo(**info.model_dump())
+    msg = common_pb2.ModelInfo(**{name: getattr(info, name) for name in _MODEL_SCALARS}, rules=dict(info.rules))
+    op = info.operating_point
+    if op is not None:
+        msg.operating_point.CopyFrom(
+            common_pb2.OperatingPoint(
+                prediction_floor=op.prediction_floor, suppression=op.suppression, input_size=op.input_size
+            )
+        )
+    return msg
 
 
 def model_info_from_proto(msg: common_pb2.ModelInfo) -> ModelInfo:
     """Back to the core ``ModelInfo``."""
-    fields = ModelInfo.model_fields
-    return ModelInfo(**{name: getattr(msg, name) for name in fields})
+    op = None
+    if msg.HasField("operating_point"):
+        p = msg.operating_point
+        op = OperatingPoint(prediction_floor=p.prediction_floor, suppression=p.suppression, input_size=p.input_size)
+    return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=dict(msg.rules))
+
+
+_CODE_NAMES: Final[dict[int, str]] = {
+    0: "OK",
+    1: "CANCELLED",
+    2: "UNKNOWN",
+    3: "INVALID_ARGUMENT",
+    4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND",
+    6: "ALREADY_EXISTS",
+    7: "PERMISSION_DENIED",
+    8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION",
+    10: "ABORTED",
+    11: "OUT_OF_RANGE",
+    12: "UNIMPLEMENTED",
+    13: "INTERNAL",
+    14: "UNAVAILABLE",
+    15: "DATA_LOSS",
+    16: "UNAUTHENTICATED",
+}
+"""google.rpc.Code numbers -> names (the ``code`` of ``ItemError``)."""
+_CODE_NUMBERS: Final[dict[str, int]] = {v: k for k, v in _CODE_NAMES.items()}
+
+_KIND_TO: Final[dict[FailureKind, int]] = {
+    FailureKind.UNREADABLE_IMAGE: evaluator_pb2.FAILURE_KIND_UNREADABLE_IMAGE,
+    FailureKind.MISSING_METADATA: evaluator_pb2.FAILURE_KIND_MISSING_METADATA,
+    FailureKind.INVALID_METADATA: evaluator_pb2.FAILURE_KIND_INVALID_METADATA,
+    FailureKind.STAGE_ERROR: evaluator_pb2.FAILURE_KIND_STAGE_ERROR,
+}
+_KIND_FROM: Final[dict[int, FailureKind]] = {v: k for k, v in _KIND_TO.items()}
+
+
+def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
+    """The ``ItemError`` of an item that got no verdict (``message`` is the failure's details)."""
+    return evaluator_pb2.ItemError(
+        code=_CODE_NUMBERS.get(failure.code, 13),
+        message=failure.details(),
+        field=failure.field,
+        stage=failure.stage,
+        kind=_KIND_TO[failure.kind],  # type: ignore[arg-type]
+        rule=failure.rule,
+    )
+
+
+def failure_from_proto(msg: evaluator_pb2.ItemError) -> Failure:
+    """The ``Failure`` of an ``ItemError``; without a kind (older servers) it follows from the field."""
+    kind = _KIND_FROM.get(int(msg.kind))
+    if kind is None:
+        kind = FailureKind.STAGE_ERROR
+        if msg.field.startswith("prompt"):
+            kind = FailureKind.INVALID_METADATA if msg.code != 5 else FailureKind.MISSING_METADATA
+        elif msg.field.startswith("image"):
+            kind = FailureKind.UNREADABLE_IMAGE
+    code = _CODE_NAMES.get(int(msg.code), str(msg.code))
+    text = f"{code}: {msg.message}"
+    return Failure(kind, msg.message, stage=msg.stage, rule=msg.rule, field=msg.field, code=code, text=text)
 
 
 # --------------------------------------------------------------------------- detector
@@ -529,11 +601,6 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
             }
         )
     return Verdict.model_validate(data)
-
-
-def stage_service_to_proto(stage: str, url: str, info: ModelInfo, contract: str = CONTRACT) -> common_pb2.StageService:
-    """One stage service a verdict depended on."""
-    return common_pb2.StageService(stage=stage, url=url, model=model_info_to_proto(info), contract=contract)
 
 
 def models_record(stages: Sequence[common_pb2.StageService]) -> dict[str, Any]:

@@ -53,12 +53,14 @@ class StageSettings:
     max_pixels: int
     max_request_bytes: int
     max_batch_size: int
+    rules: str = "current"
+    """Rule preset or JSON file whose stage constants the backend applies (``NEGT2I_RULES``, as the orchestrator)."""
 
     @classmethod
     def from_env(cls, stage: str, env: dict[str, str] | None = None) -> StageSettings:
         """``NEGT2I_<STAGE>_BACKEND``, ``NEGT2I_DEVICE``, ``NEGT2I_WEIGHTS_DIR``, ``NEGT2I_MAX_PIXELS``,
-        ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE`` (and ``NEGT2I_BACKEND_MODULES``: modules imported
-        before the backend is built, to register more backends)."""
+        ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE``, ``NEGT2I_RULES`` (and ``NEGT2I_BACKEND_MODULES``:
+        modules imported before the backend is built, to register more backends)."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
         e = dict(os.environ if env is None else env)
@@ -70,15 +72,14 @@ class StageSettings:
             max_pixels=int(e.get("NEGT2I_MAX_PIXELS", adapter.DEFAULT_MAX_PIXELS)),
             max_request_bytes=int(e.get("NEGT2I_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES)),
             max_batch_size=int(e.get("NEGT2I_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE)),
+            rules=e.get("NEGT2I_RULES") or "current",
         )
 
 
 def _create_backend(settings: StageSettings) -> Any:
-    import importlib
+    from negt2i.config import load_config
 
-    for module in filter(None, (m.strip() for m in os.environ.get("NEGT2I_BACKEND_MODULES", "").split(","))):
-        importlib.import_module(module)  # extra modules that register backends (e.g. benchmarks.random_backends)
-    options: dict[str, Any] = {"device": settings.device}
+    options: dict[str, Any] = {"device": settings.device, "config": load_config(settings.rules)}
     if settings.weights_dir:
         options["weights_dir"] = settings.weights_dir
     return create(settings.stage, settings.backend, **options)
@@ -140,7 +141,13 @@ class StageHandler:
     def handle(self, items: Sequence[Any]) -> list[dict[str, Any]]:
         """One JSON result per JSON item, in order."""
         handler: Callable[[Sequence[Any]], list[Message]] = getattr(self, f"_{self.route}")
-        return [adapter.to_json(m) for m in handler(items)]
+        digest = self.model_info.digest()
+        out: list[dict[str, Any]] = []
+        for m in handler(items):
+            if not m.HasField("error"):
+                m.model_digest = digest  # type: ignore[attr-defined]
+            out.append(adapter.to_json(m))
+        return out
 
     def _image(self, msg: common_pb2.Image, field: str = "image") -> Image:
         return adapter.decode_image(msg.data, max_pixels=self.settings.max_pixels, field=field)

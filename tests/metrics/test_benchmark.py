@@ -83,16 +83,24 @@ def test_error_lines_are_incorrect_images_of_their_prompt_and_reported_separatel
     (prompt,) = make_prompts(1, cells=[("color", "pos1_neg0")])
     ok = ok_record(make_verdict(prompt, None), filename="0/0.png", sample=0, models={})
     err = error_record(
-        filename="0/1.png", error="corrupt image", prompt_id=prompt.id, sample=1
+        filename="0/1.png", error="unreadable_image: 0/1.png: corrupt image", prompt_id=prompt.id, sample=1
     )  # no category / setting
-    orphan = error_record(filename="9/9.png", error="missing metadata")
-    m = _state([ok, err, orphan]).compute()
+    orphan = error_record(
+        filename="9/9.png", error="missing_metadata: no metadata.jsonl", error_kind="missing_metadata"
+    )
+    other = error_record(filename="9/8.png", error="some tool's free text")
+    m = _state([ok, err, orphan, other]).compute()
     cell = m["cells"]["color/pos1_neg0"]
     assert (cell["images"], cell["correct"], cell["errors"]) == (2, 1, 1)
     assert cell["image_accuracy"] == 0.5 and cell["prompt_accuracy"] == 1.0
-    assert m["errors"] == {"lines": 2, "unplaced": 1, "reasons": {"corrupt image": 1, "missing metadata": 1}}
-    assert m["images"] == 3 and m["scored_images"] == 2
-    assert m["row_failures"]["error_lines"] == 2 and m["row_failures"]["incorrect_judged"] == 0
+    # counted by kind, never by message text
+    assert m["errors"] == {
+        "lines": 3,
+        "unplaced": 2,
+        "kinds": {"missing_metadata": 1, "other": 1, "unreadable_image": 1},
+    }
+    assert m["images"] == 4 and m["scored_images"] == 2
+    assert m["row_failures"]["error_lines"] == 3 and m["row_failures"]["incorrect_judged"] == 0
 
 
 def test_prompt_accuracy_needs_one_correct_image_of_k() -> None:

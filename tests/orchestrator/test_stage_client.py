@@ -11,10 +11,11 @@ import httpx
 import numpy as np
 import pytest
 
+from negt2i.failures import StageError
 from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
 from negt2i.wire import adapter
 from orchestrator.settings import DEFAULT_URLS, Settings
-from orchestrator.stages import RemoteStages, StageCallError
+from orchestrator.stages import RemoteStages
 
 IMAGE = render_scene([SceneObject("cup", (4, 4, 20, 20))], (32, 32))
 PNG = adapter.encode_png(IMAGE)
@@ -29,7 +30,7 @@ def _stages(handler, **kw) -> RemoteStages:
 def _detect(stages: RemoteStages, budget: float = 5.0):
     async def run():
         try:
-            return await stages.detect(PNG, (32, 32), time.monotonic() + budget)
+            return (await stages.detect(PNG, (32, 32), time.monotonic() + budget))[0]
         finally:
             await stages.close()
 
@@ -66,7 +67,7 @@ def test_retries_after_503_then_succeeds():
     ],
 )  # fmt: skip
 def test_stage_answers_map_to_status_codes(response: httpx.Response, code: str):
-    with pytest.raises(StageCallError) as err:
+    with pytest.raises(StageError) as err:
         _detect(_stages(lambda _r: response, retries=1))
     assert err.value.code == code and err.value.stage == "detector"
 
@@ -78,7 +79,7 @@ def test_connection_errors_are_unavailable_after_bounded_retries():
         calls.append(1)
         raise httpx.ConnectError("refused", request=request)
 
-    with pytest.raises(StageCallError) as err:
+    with pytest.raises(StageError) as err:
         _detect(_stages(handler, retries=2))
     assert err.value.code == "UNAVAILABLE" and "unreachable" in err.value.message and len(calls) == 3
 
@@ -89,7 +90,7 @@ def test_deadline_cuts_the_call_and_maps_to_deadline_exceeded():
         return httpx.Response(200, json=[RESULT])
 
     start = time.monotonic()
-    with pytest.raises(StageCallError) as err:
+    with pytest.raises(StageError) as err:
         _detect(_stages(slow), budget=0.3)
     assert err.value.code == "DEADLINE_EXCEEDED" and time.monotonic() - start < 2
 
@@ -106,7 +107,7 @@ def test_full_queue_is_resource_exhausted():
             try:
                 await stages.detect(PNG, (32, 32), time.monotonic() + 5)
                 return "OK"
-            except StageCallError as exc:
+            except StageError as exc:
                 return exc.code
 
         try:
@@ -130,7 +131,7 @@ def test_depth_encoding_is_requested_and_unpacked():
     async def run(encoding: str) -> np.ndarray:
         stages = _stages(handler, depth_encoding=encoding)
         try:
-            return await stages.depth(PNG, (32, 32), time.monotonic() + 5)
+            return (await stages.depth(PNG, (32, 32), time.monotonic() + 5))[0]
         finally:
             await stages.close()
 

@@ -41,7 +41,12 @@ def main() -> None:
                 self._send(200, "\n", "text/plain")
             elif self.path == "/info":
                 contract = "v0" if a.mode == "broken" else "negt2i.v1"
-                model = {"stage": "detector", "backend": f"fake-{a.mode}", "model": f"fake-{a.mode}"}
+                model = {
+                    "stage": "detector",
+                    "backend": f"fake-{a.mode}",
+                    "model": f"fake-{a.mode}",
+                    "rules": {"detection.prediction_floor": 0.005},
+                }
                 self._send(200, {"contract": contract, "model": model, "limits": {"max_request_bytes": 1 << 20},
                                  "ready": True})  # fmt: skip
             elif self.path == "/metrics" and a.mode == "slow":

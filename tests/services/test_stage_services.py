@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from negt2i.cli import main
+from negt2i.config import CURRENT, stage_rules
 from negt2i.conformance import run_checks
 from tests.services.live import REPO, Proc, free_port
 
@@ -23,9 +24,12 @@ def test_health_info_and_metrics(stage_procs: dict[str, Proc], stage: str):
     assert httpx.get(f"{url}/readyz", trust_env=False).status_code == 200
     info = httpx.get(f"{url}/info", trust_env=False).json()
     assert info["contract"] == "negt2i.v1" and info["ready"] is True
+    rules = stage_rules(CURRENT, stage)
+    point = {"operating_point": {"prediction_floor": 0.005, "suppression": "none"}} if stage == "detector" else {}
     assert info["model"] == {
         "stage": stage, "backend": "synthetic", "model": "synthetic-palette-v1",
-        "library": info["model"]["library"], "device": "cpu", "dtype": "float32",
+        "library": info["model"]["library"], "device": "cpu", "dtype": "float32", **point,
+        **({"rules": rules} if rules else {}),
     }  # fmt: skip
     assert int(info["limits"]["max_request_bytes"]) == 8 << 20
     metrics = httpx.get(f"{url}/metrics", trust_env=False).text

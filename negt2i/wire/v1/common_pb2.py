@@ -24,15 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16negt2i/v1/common.proto\x12\tnegt2i.v1\")\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nmedia_type\x18\x02 \x01(\t\"5\n\x04Mask\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12\x0e\n\x06\x63ounts\x18\x03 \x01(\t\"5\n\x03\x42ox\x12\n\n\x02x0\x18\x01 \x01(\x02\x12\n\n\x02y0\x18\x02 \x01(\x02\x12\n\n\x02x1\x18\x03 \x01(\x02\x12\n\n\x02y1\x18\x04 \x01(\x02\"\x8c\x01\n\tModelInfo\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x10\n\x08revision\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x0f\n\x07library\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\r\n\x05\x64type\x18\x08 \x01(\t\"a\n\x0cStageService\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12#\n\x05model\x18\x03 \x01(\x0b\x32\x14.negt2i.v1.ModelInfo\x12\x10\n\x08\x63ontract\x18\x04 \x01(\t*g\n\rDepthEncoding\x12\x1e\n\x1a\x44\x45PTH_ENCODING_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44\x45PTH_ENCODING_FLOAT16\x10\x01\x12\x1a\n\x16\x44\x45PTH_ENCODING_FLOAT32\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16negt2i/v1/common.proto\x12\tnegt2i.v1\")\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nmedia_type\x18\x02 \x01(\t\"5\n\x04Mask\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12\x0e\n\x06\x63ounts\x18\x03 \x01(\t\"5\n\x03\x42ox\x12\n\n\x02x0\x18\x01 \x01(\x02\x12\n\n\x02y0\x18\x02 \x01(\x02\x12\n\n\x02x1\x18\x03 \x01(\x02\x12\n\n\x02y1\x18\x04 \x01(\x02\"\x9e\x02\n\tModelInfo\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x10\n\x08revision\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x0f\n\x07library\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x32\n\x0foperating_point\x18\t \x01(\x0b\x32\x19.negt2i.v1.OperatingPoint\x12.\n\x05rules\x18\n \x03(\x0b\x32\x1f.negt2i.v1.ModelInfo.RulesEntry\x1a,\n\nRulesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"S\n\x0eOperatingPoint\x12\x18\n\x10prediction_floor\x18\x01 \x01(\x01\x12\x13\n\x0bsuppression\x18\x02 \x01(\t\x12\x12\n\ninput_size\x18\x03 \x01(\x05\"a\n\x0cStageService\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12#\n\x05model\x18\x03 \x01(\x0b\x32\x14.negt2i.v1.ModelInfo\x12\x10\n\x08\x63ontract\x18\x04 \x01(\t*g\n\rDepthEncoding\x12\x1e\n\x1a\x44\x45PTH_ENCODING_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44\x45PTH_ENCODING_FLOAT16\x10\x01\x12\x1a\n\x16\x44\x45PTH_ENCODING_FLOAT32\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'negt2i.wire.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DEPTHENCODING']._serialized_start=432
-  _globals['_DEPTHENCODING']._serialized_end=535
+  _globals['_MODELINFO_RULESENTRY']._loaded_options = None
+  _globals['_MODELINFO_RULESENTRY']._serialized_options = b'8\001'
+  _globals['_DEPTHENCODING']._serialized_start=663
+  _globals['_DEPTHENCODING']._serialized_end=766
   _globals['_IMAGE']._serialized_start=37
   _globals['_IMAGE']._serialized_end=78
   _globals['_MASK']._serialized_start=80
@@ -40,7 +42,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BOX']._serialized_start=135
   _globals['_BOX']._serialized_end=188
   _globals['_MODELINFO']._serialized_start=191
-  _globals['_MODELINFO']._serialized_end=331
-  _globals['_STAGESERVICE']._serialized_start=333
-  _globals['_STAGESERVICE']._serialized_end=430
+  _globals['_MODELINFO']._serialized_end=477
+  _globals['_MODELINFO_RULESENTRY']._serialized_start=433
+  _globals['_MODELINFO_RULESENTRY']._serialized_end=477
+  _globals['_OPERATINGPOINT']._serialized_start=479
+  _globals['_OPERATINGPOINT']._serialized_end=562
+  _globals['_STAGESERVICE']._serialized_start=564
+  _globals['_STAGESERVICE']._serialized_end=661
 # @@protoc_insertion_point(module_scope)

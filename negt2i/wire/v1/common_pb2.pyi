@@ -10,8 +10,10 @@ encoded bytes, dense float maps as packed little-endian binary; never as
 JSON lists of pixels.
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -146,6 +148,26 @@ class ModelInfo(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class RulesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     STAGE_FIELD_NUMBER: _builtins.int
     BACKEND_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
@@ -154,6 +176,8 @@ class ModelInfo(_message.Message):
     LIBRARY_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     DTYPE_FIELD_NUMBER: _builtins.int
+    OPERATING_POINT_FIELD_NUMBER: _builtins.int
+    RULES_FIELD_NUMBER: _builtins.int
     stage: _builtins.str
     """"detector", "segmenter", "attributes" or "depth"."""
     backend: _builtins.str
@@ -170,6 +194,17 @@ class ModelInfo(_message.Message):
     """Device the model runs on, e.g. "cpu" or "cuda:0"."""
     dtype: _builtins.str
     """Compute dtype, e.g. "float32"."""
+    @_builtins.property
+    def operating_point(self) -> Global___OperatingPoint:
+        """The detector's operating point (unset for the other stages)."""
+
+    @_builtins.property
+    def rules(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The rule constants this stage applies itself, by rule-config path
+        (e.g. "detection.prediction_floor", "masks.closing_radius"); the
+        orchestrator refuses a stage whose values differ from its own config.
+        """
+
     def __init__(
         self,
         *,
@@ -181,14 +216,46 @@ class ModelInfo(_message.Message):
         library: _builtins.str = ...,
         device: _builtins.str = ...,
         dtype: _builtins.str = ...,
+        operating_point: Global___OperatingPoint | None = ...,
+        rules: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["operating_point", b"operating_point"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "device", b"device", "dtype", b"dtype", "library", b"library", "model", b"model", "revision", b"revision", "sha256", b"sha256", "stage", b"stage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backend", b"backend", "device", b"device", "dtype", b"dtype", "library", b"library", "model", b"model", "operating_point", b"operating_point", "revision", b"revision", "rules", b"rules", "sha256", b"sha256", "stage", b"stage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ModelInfo: _TypeAlias = ModelInfo  # noqa: Y015
+
+@_typing.final
+class OperatingPoint(_message.Message):
+    """What a detector's scores mean: the floor it applies, its own suppression and its input size."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PREDICTION_FLOOR_FIELD_NUMBER: _builtins.int
+    SUPPRESSION_FIELD_NUMBER: _builtins.int
+    INPUT_SIZE_FIELD_NUMBER: _builtins.int
+    prediction_floor: _builtins.float
+    """Detections scoring below this are never returned."""
+    suppression: _builtins.str
+    """The detector's own overlap suppression: "none" (the paper's RF-DETR) or e.g. "nms:0.5"."""
+    input_size: _builtins.int
+    """The side in pixels the model resizes images to (0: native resolution)."""
+    def __init__(
+        self,
+        *,
+        prediction_floor: _builtins.float = ...,
+        suppression: _builtins.str = ...,
+        input_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_size", b"input_size", "prediction_floor", b"prediction_floor", "suppression", b"suppression"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OperatingPoint: _TypeAlias = OperatingPoint  # noqa: Y015
 
 @_typing.final
 class StageService(_message.Message):

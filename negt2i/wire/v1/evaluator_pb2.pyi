@@ -166,6 +166,38 @@ ROW_FAILURE_BOTH_POLARITIES: RowFailure.ValueType  # 5
 """Statements of both polarities were violated."""
 Global___RowFailure: _TypeAlias = RowFailure  # noqa: Y015
 
+class _FailureKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FailureKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FAILURE_KIND_UNSPECIFIED: _FailureKind.ValueType  # 0
+    """Not set (older servers): clients derive it from the code and field."""
+    FAILURE_KIND_UNREADABLE_IMAGE: _FailureKind.ValueType  # 1
+    """The image could not be decoded."""
+    FAILURE_KIND_MISSING_METADATA: _FailureKind.ValueType  # 2
+    """No prompt for the image (unknown prompt id)."""
+    FAILURE_KIND_INVALID_METADATA: _FailureKind.ValueType  # 3
+    """The prompt is invalid."""
+    FAILURE_KIND_STAGE_ERROR: _FailureKind.ValueType  # 4
+    """A stage failed or broke the contract, or the judge could not use the perception."""
+
+class FailureKind(_FailureKind, metaclass=_FailureKindEnumTypeWrapper):
+    """Why an item got no verdict (negt2i.failures.FailureKind)."""
+
+FAILURE_KIND_UNSPECIFIED: FailureKind.ValueType  # 0
+"""Not set (older servers): clients derive it from the code and field."""
+FAILURE_KIND_UNREADABLE_IMAGE: FailureKind.ValueType  # 1
+"""The image could not be decoded."""
+FAILURE_KIND_MISSING_METADATA: FailureKind.ValueType  # 2
+"""No prompt for the image (unknown prompt id)."""
+FAILURE_KIND_INVALID_METADATA: FailureKind.ValueType  # 3
+"""The prompt is invalid."""
+FAILURE_KIND_STAGE_ERROR: FailureKind.ValueType  # 4
+"""A stage failed or broke the contract, or the judge could not use the perception."""
+Global___FailureKind: _TypeAlias = FailureKind  # noqa: Y015
+
 @_typing.final
 class ObjectSpec(_message.Message):
     """An object a prompt names."""
@@ -764,6 +796,8 @@ class ItemError(_message.Message):
     MESSAGE_FIELD_NUMBER: _builtins.int
     FIELD_FIELD_NUMBER: _builtins.int
     STAGE_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    RULE_FIELD_NUMBER: _builtins.int
     code: _builtins.int
     """A google.rpc.Code value: 3 INVALID_ARGUMENT, 4 DEADLINE_EXCEEDED,
     5 NOT_FOUND, 8 RESOURCE_EXHAUSTED, 13 INTERNAL, 14 UNAVAILABLE.
@@ -773,7 +807,11 @@ class ItemError(_message.Message):
     field: _builtins.str
     """The offending request field for INVALID_ARGUMENT, e.g. "prompt.statements[0].value"."""
     stage: _builtins.str
-    """The stage that failed for UNAVAILABLE / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED."""
+    """The stage that failed for UNAVAILABLE / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED / INTERNAL."""
+    kind: Global___FailureKind.ValueType
+    """What kind of failure this is (the results file's error_kind)."""
+    rule: _builtins.str
+    """The stage contract rule a stage answer broke, e.g. "class-vocabulary" (INTERNAL only)."""
     def __init__(
         self,
         *,
@@ -781,10 +819,12 @@ class ItemError(_message.Message):
         message: _builtins.str = ...,
         field: _builtins.str = ...,
         stage: _builtins.str = ...,
+        kind: Global___FailureKind.ValueType = ...,
+        rule: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "field", b"field", "message", b"message", "stage", b"stage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "field", b"field", "kind", b"kind", "message", b"message", "rule", b"rule", "stage", b"stage"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from negt2i.wire.v1 import common_pb2 as negt2i_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16negt2i/v1/stages.proto\x12\tnegt2i.v1\x1a\x16negt2i/v1/common.proto\"=\n\x0bItemFailure\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"-\n\nDetectItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\"j\n\tDetection\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x1b\n\x03\x62ox\x18\x03 \x01(\x0b\x32\x0e.negt2i.v1.Box\x12\x1d\n\x04mask\x18\x04 \x01(\x0b\x32\x0f.negt2i.v1.Mask\"~\n\x0c\x44\x65tectResult\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12(\n\ndetections\x18\x03 \x03(\x0b\x32\x14.negt2i.v1.Detection\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\"w\n\x0bSegmentItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1d\n\x05\x62oxes\x18\x02 \x03(\x0b\x32\x0e.negt2i.v1.Box\x12(\n\x0freference_masks\x18\x03 \x03(\x0b\x32\x0f.negt2i.v1.Mask\"V\n\rSegmentResult\x12\x1e\n\x05masks\x18\x01 \x03(\x0b\x32\x0f.negt2i.v1.Mask\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\"w\n\x0e\x41ttributesItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1e\n\x05masks\x18\x02 \x03(\x0b\x32\x0f.negt2i.v1.Mask\x12\x13\n\x0b\x63lass_names\x18\x03 \x03(\t\x12\x0f\n\x07\x61nswers\x18\x04 \x03(\t\" \n\x0eInstanceScores\x12\x0e\n\x06scores\x18\x01 \x03(\x02\"g\n\x10\x41ttributesResult\x12,\n\tinstances\x18\x01 \x03(\x0b\x32\x19.negt2i.v1.InstanceScores\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\"X\n\tDepthItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12*\n\x08\x65ncoding\x18\x02 \x01(\x0e\x32\x18.negt2i.v1.DepthEncoding\"c\n\x08\x44\x65pthMap\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12*\n\x08\x65ncoding\x18\x03 \x01(\x0e\x32\x18.negt2i.v1.DepthEncoding\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\\\n\x0b\x44\x65pthResult\x12&\n\tdisparity\x18\x01 \x01(\x0b\x32\x13.negt2i.v1.DepthMap\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\"T\n\x0bStageLimits\x12\x19\n\x11max_request_bytes\x18\x01 \x01(\x03\x12\x16\n\x0emax_batch_size\x18\x02 \x01(\x05\x12\x12\n\nmax_pixels\x18\x03 \x01(\x03\"y\n\tStageInfo\x12\x10\n\x08\x63ontract\x18\x01 \x01(\t\x12#\n\x05model\x18\x02 \x01(\x0b\x32\x14.negt2i.v1.ModelInfo\x12&\n\x06limits\x18\x03 \x01(\x0b\x32\x16.negt2i.v1.StageLimits\x12\r\n\x05ready\x18\x04 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16negt2i/v1/stages.proto\x12\tnegt2i.v1\x1a\x16negt2i/v1/common.proto\"=\n\x0bItemFailure\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"-\n\nDetectItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\"j\n\tDetection\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x1b\n\x03\x62ox\x18\x03 \x01(\x0b\x32\x0e.negt2i.v1.Box\x12\x1d\n\x04mask\x18\x04 \x01(\x0b\x32\x0f.negt2i.v1.Mask\"\x94\x01\n\x0c\x44\x65tectResult\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12(\n\ndetections\x18\x03 \x03(\x0b\x32\x14.negt2i.v1.Detection\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"w\n\x0bSegmentItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1d\n\x05\x62oxes\x18\x02 \x03(\x0b\x32\x0e.negt2i.v1.Box\x12(\n\x0freference_masks\x18\x03 \x03(\x0b\x32\x0f.negt2i.v1.Mask\"l\n\rSegmentResult\x12\x1e\n\x05masks\x18\x01 \x03(\x0b\x32\x0f.negt2i.v1.Mask\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"w\n\x0e\x41ttributesItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1e\n\x05masks\x18\x02 \x03(\x0b\x32\x0f.negt2i.v1.Mask\x12\x13\n\x0b\x63lass_names\x18\x03 \x03(\t\x12\x0f\n\x07\x61nswers\x18\x04 \x03(\t\" \n\x0eInstanceScores\x12\x0e\n\x06scores\x18\x01 \x03(\x02\"}\n\x10\x41ttributesResult\x12,\n\tinstances\x18\x01 \x03(\x0b\x32\x19.negt2i.v1.InstanceScores\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"X\n\tDepthItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12*\n\x08\x65ncoding\x18\x02 \x01(\x0e\x32\x18.negt2i.v1.DepthEncoding\"c\n\x08\x44\x65pthMap\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12*\n\x08\x65ncoding\x18\x03 \x01(\x0e\x32\x18.negt2i.v1.DepthEncoding\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"r\n\x0b\x44\x65pthResult\x12&\n\tdisparity\x18\x01 \x01(\x0b\x32\x13.negt2i.v1.DepthMap\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"T\n\x0bStageLimits\x12\x19\n\x11max_request_bytes\x18\x01 \x01(\x03\x12\x16\n\x0emax_batch_size\x18\x02 \x01(\x05\x12\x12\n\nmax_pixels\x18\x03 \x01(\x03\"y\n\tStageInfo\x12\x10\n\x08\x63ontract\x18\x01 \x01(\t\x12#\n\x05model\x18\x02 \x01(\x0b\x32\x14.negt2i.v1.ModelInfo\x12&\n\x06limits\x18\x03 \x01(\x0b\x32\x16.negt2i.v1.StageLimits\x12\r\n\x05ready\x18\x04 \x01(\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,26 +38,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DETECTITEM']._serialized_end=169
   _globals['_DETECTION']._serialized_start=171
   _globals['_DETECTION']._serialized_end=277
-  _globals['_DETECTRESULT']._serialized_start=279
-  _globals['_DETECTRESULT']._serialized_end=405
-  _globals['_SEGMENTITEM']._serialized_start=407
-  _globals['_SEGMENTITEM']._serialized_end=526
-  _globals['_SEGMENTRESULT']._serialized_start=528
-  _globals['_SEGMENTRESULT']._serialized_end=614
-  _globals['_ATTRIBUTESITEM']._serialized_start=616
-  _globals['_ATTRIBUTESITEM']._serialized_end=735
-  _globals['_INSTANCESCORES']._serialized_start=737
-  _globals['_INSTANCESCORES']._serialized_end=769
-  _globals['_ATTRIBUTESRESULT']._serialized_start=771
-  _globals['_ATTRIBUTESRESULT']._serialized_end=874
-  _globals['_DEPTHITEM']._serialized_start=876
-  _globals['_DEPTHITEM']._serialized_end=964
-  _globals['_DEPTHMAP']._serialized_start=966
-  _globals['_DEPTHMAP']._serialized_end=1065
-  _globals['_DEPTHRESULT']._serialized_start=1067
-  _globals['_DEPTHRESULT']._serialized_end=1159
-  _globals['_STAGELIMITS']._serialized_start=1161
-  _globals['_STAGELIMITS']._serialized_end=1245
-  _globals['_STAGEINFO']._serialized_start=1247
-  _globals['_STAGEINFO']._serialized_end=1368
+  _globals['_DETECTRESULT']._serialized_start=280
+  _globals['_DETECTRESULT']._serialized_end=428
+  _globals['_SEGMENTITEM']._serialized_start=430
+  _globals['_SEGMENTITEM']._serialized_end=549
+  _globals['_SEGMENTRESULT']._serialized_start=551
+  _globals['_SEGMENTRESULT']._serialized_end=659
+  _globals['_ATTRIBUTESITEM']._serialized_start=661
+  _globals['_ATTRIBUTESITEM']._serialized_end=780
+  _globals['_INSTANCESCORES']._serialized_start=782
+  _globals['_INSTANCESCORES']._serialized_end=814
+  _globals['_ATTRIBUTESRESULT']._serialized_start=816
+  _globals['_ATTRIBUTESRESULT']._serialized_end=941
+  _globals['_DEPTHITEM']._serialized_start=943
+  _globals['_DEPTHITEM']._serialized_end=1031
+  _globals['_DEPTHMAP']._serialized_start=1033
+  _globals['_DEPTHMAP']._serialized_end=1132
+  _globals['_DEPTHRESULT']._serialized_start=1134
+  _globals['_DEPTHRESULT']._serialized_end=1248
+  _globals['_STAGELIMITS']._serialized_start=1250
+  _globals['_STAGELIMITS']._serialized_end=1334
+  _globals['_STAGEINFO']._serialized_start=1336
+  _globals['_STAGEINFO']._serialized_end=1457
 # @@protoc_insertion_point(module_scope)

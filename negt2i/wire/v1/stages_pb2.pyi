@@ -131,10 +131,15 @@ class DetectResult(_message.Message):
     WIDTH_FIELD_NUMBER: _builtins.int
     DETECTIONS_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    MODEL_DIGEST_FIELD_NUMBER: _builtins.int
     height: _builtins.int
     """Image height in pixels."""
     width: _builtins.int
     """Image width in pixels."""
+    model_digest: _builtins.str
+    """Digest of the ModelInfo that served this item (as on GET /info), so a caller
+    notices a replaced instance behind the same address.
+    """
     @_builtins.property
     def detections(self) -> _containers.RepeatedCompositeFieldContainer[Global___Detection]:
         """The detections, in the detector's order (indices are stable)."""
@@ -150,10 +155,11 @@ class DetectResult(_message.Message):
         width: _builtins.int = ...,
         detections: _abc.Iterable[Global___Detection] | None = ...,
         error: Global___ItemFailure | None = ...,
+        model_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detections", b"detections", "error", b"error", "height", b"height", "width", b"width"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["detections", b"detections", "error", b"error", "height", b"height", "model_digest", b"model_digest", "width", b"width"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -205,6 +211,11 @@ class SegmentResult(_message.Message):
 
     MASKS_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    MODEL_DIGEST_FIELD_NUMBER: _builtins.int
+    model_digest: _builtins.str
+    """Digest of the ModelInfo that served this item (as on GET /info), so a caller
+    notices a replaced instance behind the same address.
+    """
     @_builtins.property
     def masks(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Mask]:
         """Refined, post-processed masks."""
@@ -218,10 +229,11 @@ class SegmentResult(_message.Message):
         *,
         masks: _abc.Iterable[_common_pb2.Mask] | None = ...,
         error: Global___ItemFailure | None = ...,
+        model_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "masks", b"masks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "masks", b"masks", "model_digest", b"model_digest"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -301,6 +313,11 @@ class AttributesResult(_message.Message):
 
     INSTANCES_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    MODEL_DIGEST_FIELD_NUMBER: _builtins.int
+    model_digest: _builtins.str
+    """Digest of the ModelInfo that served this item (as on GET /info), so a caller
+    notices a replaced instance behind the same address.
+    """
     @_builtins.property
     def instances(self) -> _containers.RepeatedCompositeFieldContainer[Global___InstanceScores]:
         """Score rows, aligned with AttributesItem.masks."""
@@ -314,10 +331,11 @@ class AttributesResult(_message.Message):
         *,
         instances: _abc.Iterable[Global___InstanceScores] | None = ...,
         error: Global___ItemFailure | None = ...,
+        model_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "instances", b"instances"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "instances", b"instances", "model_digest", b"model_digest"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -393,6 +411,11 @@ class DepthResult(_message.Message):
 
     DISPARITY_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    MODEL_DIGEST_FIELD_NUMBER: _builtins.int
+    model_digest: _builtins.str
+    """Digest of the ModelInfo that served this item (as on GET /info), so a caller
+    notices a replaced instance behind the same address.
+    """
     @_builtins.property
     def disparity(self) -> Global___DepthMap:
         """The disparity map."""
@@ -406,10 +429,11 @@ class DepthResult(_message.Message):
         *,
         disparity: Global___DepthMap | None = ...,
         error: Global___ItemFailure | None = ...,
+        model_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["disparity", b"disparity", "error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["disparity", b"disparity", "error", b"error"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["disparity", b"disparity", "error", b"error", "model_digest", b"model_digest"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

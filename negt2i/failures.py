@@ -1,0 +1,104 @@
+"""Why an image got no verdict: one failure enum, one exception base, used from a stage to the report.
+
+Every image that cannot be judged ends as one ``Failure`` whose ``kind`` is a
+``FailureKind``; the results line stores ``error_kind`` (the enum's value) and
+``error`` (``"<kind>: <details>"``), and reports count error lines by kind, never
+by message text. The same exception travels through the in-process pipeline, the
+orchestrator (where ``code`` becomes the item's gRPC status) and ``negt2i submit``
+(where the ``ItemError.kind`` enum maps back through the explicit table of
+``negt2i.wire.adapter``).
+
+Kinds:
+
+- ``unreadable_image``: the image file / bytes could not be decoded;
+- ``missing_metadata``: no prompt for the image (no ``metadata.jsonl``, unknown prompt id);
+- ``invalid_metadata``: the prompt record is invalid;
+- ``stage_error``: a stage failed, answered outside the contract (``rule`` names the
+  contract rule it broke), or the judge could not use the perception (``stage == "judge"``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+
+class FailureKind(StrEnum):
+    """The failure vocabulary of results files (``error_kind``) and of ``ItemError.kind``."""
+
+    UNREADABLE_IMAGE = "unreadable_image"
+    MISSING_METADATA = "missing_metadata"
+    INVALID_METADATA = "invalid_metadata"
+    STAGE_ERROR = "stage_error"
+
+
+FAILURE_KINDS: Final[tuple[str, ...]] = tuple(k.value for k in FailureKind)
+"""Every kind's spelling, derived from the enum (the first word of an error line's ``error``)."""
+
+OTHER_KIND: Final = "other"
+"""How reports count an error line whose kind is not in the vocabulary (files written by other tools)."""
+
+
+class Failure(Exception):
+    """One image gets no verdict.
+
+    ``kind``: the ``FailureKind``; ``message``: the human-readable reason; ``stage``:
+    the stage that failed (``detector`` ... ``depth``, ``judge``), if any; ``rule``:
+    the contract rule a stage answer broke (``docs/stage-contract.md``), if any;
+    ``field``: the offending request field, if any; ``code``: the gRPC status name
+    the orchestrator answers with (``INTERNAL`` unless said otherwise).
+    """
+
+    def __init__(
+        self,
+        kind: FailureKind,
+        message: str,
+        *,
+        stage: str = "",
+        rule: str = "",
+        field: str = "",
+        code: str = "INTERNAL",
+        text: str | None = None,
+    ) -> None:
+        """``text``: the details as already rendered elsewhere (an ``ItemError`` message)."""
+        self._text = text
+        self.kind = FailureKind(kind)
+        self.message = message
+        self.stage = stage
+        self.rule = rule
+        self.field = field
+        self.code = code
+        super().__init__(self.details())
+
+    def details(self) -> str:
+        """``stage: [rule] field: message`` with the empty parts left out."""
+        if self._text is not None:
+            return self._text
+        out = self.message
+        if self.field:
+            out = f"{self.field}: {out}"
+        if self.rule:
+            out = f"[{self.rule}] {out}"
+        if self.stage:
+            out = f"{self.stage}: {out}"
+        return out
+
+    def line(self) -> str:
+        """The results line's ``error``: ``"<kind>: <details>"``."""
+        return f"{self.kind.value}: {self.details()}"
+
+
+class StageError(Failure):
+    """A stage failed, or answered outside the contract, for one image (kind ``stage_error``)."""
+
+    def __init__(self, stage: str, message: str, *, rule: str = "", field: str = "", code: str = "INTERNAL") -> None:
+        super().__init__(FailureKind.STAGE_ERROR, message, stage=stage, rule=rule, field=field, code=code)
+
+
+def kind_of(error: str | None, error_kind: str | None = None) -> str:
+    """The kind of an error line: its ``error_kind`` field, else the first word of ``error`` when it is one
+    of ``FAILURE_KINDS`` (older files), else ``OTHER_KIND``."""
+    if error_kind in FAILURE_KINDS:
+        return str(error_kind)
+    head = (error or "").split(":", 1)[0].strip()
+    return head if head in FAILURE_KINDS else OTHER_KIND
