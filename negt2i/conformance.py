@@ -5,20 +5,32 @@ follow ``docs/stage-contract.md``: the health endpoints, ``GET /info``, a valid
 item (results that parse, have the right sizes and values), a batch of two
 items answered in order, a bad item failing alone (status 400 inside a 200
 answer), a malformed body (HTTP 400), an oversized body (HTTP 413),
-determinism (the same item twice gives the same result) and ``GET /metrics``.
-The probe images are synthetic scenes (``negt2i.stages.synthetic.render_scene``),
-so any detector should answer them, though not necessarily find anything.
+determinism (the same item twice gives the same result) and ``GET /metrics``;
+probes of the HTTP rules: a body without ``Content-Length`` (HTTP 411), an item
+with an unknown field (that item fails with 400), readiness (``/readyz`` 200 means
+``/info`` says ``ready`` and items are answered), and the ``/info`` schema (no
+unknown fields, the stage's rule constants, a detector's operating point).
+
+Every returned answer is checked against the contract rules of ``negt2i.flow``
+(class names in the benchmark vocabulary, scores in [floor, 1], finite boxes
+inside the image, mask sizes). The built-in probe images are synthetic scenes in
+which a real detector may find nothing, so those checks would see nothing:
+``images`` (``--image FILE``, repeatable) adds photos in which the service should
+find something (a check fails when it finds nothing), and ``expect``
+(``--expect CLASS``) classes that must be found in at least one of them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
 
+from negt2i.config import CURRENT, STAGE_RULES, RuleConfig
 from negt2i.stages.registry import STAGES
 
 SEVERITY: Final = ("required", "recommended")
@@ -75,7 +87,14 @@ def _item(stage: str, png: bytes, masks: Any, boxes: Any, encoding: int = 0) -> 
     return adapter.to_json(msg)
 
 
-def _validate(stage: str, result: Any, hw: tuple[int, int], *, encoding: int = 0) -> str:
+def _floor_config(floor: float) -> RuleConfig:
+    return CURRENT.model_copy(update={"detection": CURRENT.detection.model_copy(update={"prediction_floor": floor})})
+
+
+def _validate(
+    stage: str, result: Any, hw: tuple[int, int], *, encoding: int = 0, floor: float = 0.0, k: int = 2,
+    digest: str = "",
+) -> str:  # fmt: skip
     """Raise ``_Fail`` unless ``result`` is a correct result for the probe item; returns a summary."""
     from negt2i.wire import adapter
     from negt2i.wire.v1 import common_pb2, stages_pb2
@@ -86,19 +105,33 @@ def _validate(stage: str, result: Any, hw: tuple[int, int], *, encoding: int = 0
         "attributes": stages_pb2.AttributesResult,
         "depth": stages_pb2.DepthResult,
     }[stage]
+    from negt2i import flow
+    from negt2i.failures import StageError
+
     try:
         msg: Any = adapter.from_json(result, cls)
         if msg.HasField("error"):
             raise _Fail(f"the valid item failed: {msg.error.status} {msg.error.message}")
+        if digest and msg.model_digest and msg.model_digest != digest:
+            raise _Fail(f"model_digest {msg.model_digest!r} is not the digest of /info's model {digest!r}")
         if stage == "detector":
             det = adapter.detections_from_proto(msg)
-            _expect(det.shape_hw == hw, f"detections are for {det.shape_hw}, the image is {hw}")
+            try:
+                flow.check_detections(det, hw, _floor_config(floor))
+            except StageError as exc:
+                raise _Fail(f"[{exc.rule}] {exc.message}") from None
+            for i in range(len(det)):  # pixel boxes around their masks (0-1 boxes fail this)
+                area = int(det.masks[i].sum())
+                x0, y0, x1, y1 = (int(np.floor(v)) if k < 2 else int(np.ceil(v)) for k, v in enumerate(det.xyxy[i]))
+                inside = int(det.masks[i][max(y0, 0) : y1 + 1, max(x0, 0) : x1 + 1].sum())
+                why = f"[box-covers-mask] box {i} {det.xyxy[i].tolist()} holds {inside} of its mask's {area} pixels"
+                _expect(area == 0 or 2 * inside >= area, f"{why}: boxes are xyxy pixel edges around the mask")
             return f"{len(det)} detections ({', '.join(sorted(set(det.class_names))) or 'none'})"
         if stage == "segmenter":
-            masks = adapter.segment_result_masks(msg, 2, hw)
-            return f"2 masks of {hw}, areas {[int(m.sum()) for m in masks]}"
+            masks = adapter.segment_result_masks(msg, k, hw)
+            return f"{k} masks of {hw}, areas {[int(m.sum()) for m in masks]}"
         if stage == "attributes":
-            scores = adapter.attributes_result_scores(msg, 2, 3)
+            scores = adapter.attributes_result_scores(msg, k, 3)
             _expect(bool(np.isfinite(scores).all()), "scores must be finite")
             return f"scores {np.round(scores, 2).tolist()}"
         disp = adapter.depth_result_map(msg, hw)
@@ -110,8 +143,30 @@ def _validate(stage: str, result: Any, hw: tuple[int, int], *, encoding: int = 0
         raise _Fail(f"the result does not follow the contract: {exc}") from None
 
 
-def run_checks(stage: str, url: str, *, timeout: float = 30.0) -> list[Check]:
-    """Every check against the service at ``url``, in order."""
+def _photo_item(stage: str, data: bytes, hw: tuple[int, int]) -> dict[str, Any]:
+    """A probe item for a photo: the image, and for segmenter / attributes one box / mask (its central half)."""
+    h, w = hw
+    mask = np.zeros(hw, dtype=bool)
+    mask[h // 4 : max(3 * h // 4, h // 4 + 1), w // 4 : max(3 * w // 4, w // 4 + 1)] = True
+    from negt2i.perception import mask_to_xyxy
+
+    box = np.array([mask_to_xyxy(mask)], dtype=np.float32)
+    if stage == "attributes":
+        from negt2i.wire import adapter
+
+        return adapter.to_json(adapter.attributes_item(data, mask[None], ["cup"], ["red", "blue", "gray"]))
+    return _item(stage, data, mask[None], box)
+
+
+def run_checks(
+    stage: str,
+    url: str,
+    *,
+    timeout: float = 30.0,
+    images: Sequence[str | Path] = (),
+    expect: Sequence[str] = (),
+) -> list[Check]:
+    """Every check against the service at ``url``, in order (``images`` / ``expect``: see the module docstring)."""
     import httpx
 
     from negt2i.wire import adapter
@@ -168,16 +223,37 @@ def run_checks(stage: str, url: str, *, timeout: float = 30.0) -> list[Check]:
             _expect(bool(msg.model.model), "model.model (the model's name) is empty")
             _expect(msg.limits.max_request_bytes > 0, "limits.max_request_bytes must be set")
             limits["max_request_bytes"] = int(msg.limits.max_request_bytes)
-            return f"{msg.model.backend} / {msg.model.model} on {msg.model.device or '?'}"
+            want = set(STAGE_RULES[stage])
+            _expect(set(msg.model.rules) == want, f"model.rules states {sorted(msg.model.rules)}, the {stage} must "
+                    f"state the rule constants it applies: {sorted(want)}")  # fmt: skip
+            point = ""
+            if stage == "detector":
+                _expect(msg.model.HasField("operating_point"), "a detector's model.operating_point must be set")
+                op = msg.model.operating_point
+                _expect(0.0 <= op.prediction_floor <= 1.0, f"prediction_floor {op.prediction_floor} not in [0, 1]")
+                _expect(bool(op.suppression), "operating_point.suppression must be set ('none' or e.g. 'nms:0.5')")
+                same = op.prediction_floor == msg.model.rules["detection.prediction_floor"]
+                _expect(same, "operating_point.prediction_floor differs from rules['detection.prediction_floor']")
+                limits["floor"] = float(op.prediction_floor)
+                point = (
+                    f", floor {op.prediction_floor:g}, suppression {op.suppression}, input {op.input_size or 'native'}"
+                )
+            limits["digest"] = adapter.model_info_from_proto(msg.model).digest()
+            limits["ready"] = bool(msg.ready)
+            return f"{msg.model.backend} / {msg.model.model} on {msg.model.device or '?'}{point}"
+
+        def check(result: Any, shape: tuple[int, int], **kw: Any) -> str:
+            return _validate(stage, result, shape, floor=float(limits.get("floor", 0.0)),
+                             digest=str(limits.get("digest", "")), **kw)  # fmt: skip
 
         def valid() -> str:
-            return _validate(stage, results_of(post({"items": [_item(stage, png, masks, boxes)]}), 1)[0], hw)
+            return check(results_of(post({"items": [_item(stage, png, masks, boxes)]}), 1)[0], hw)
 
         def batch() -> str:
             items = [_item(stage, png, masks, boxes), _item(stage, png2, masks2, boxes2)]
             got = results_of(post({"items": items}), 2)
-            first = _validate(stage, got[0], hw)
-            _validate(stage, got[1], (48, 56))
+            first = check(got[0], hw)
+            check(got[1], (48, 56))
             return f"2 results in order; first: {first}"
 
         def bad_item() -> str:
@@ -187,8 +263,58 @@ def run_checks(stage: str, url: str, *, timeout: float = 30.0) -> list[Check]:
             if not isinstance(err, dict):
                 raise _Fail("the undecodable item must carry an error")
             _expect(err.get("status") == 400, f"its error status must be 400, got {err.get('status')}")
-            _validate(stage, got[1], hw)
+            check(got[1], hw)
             return f"error 400 ({str(err.get('message', ''))[:60]}); the other item answered"
+
+        def unknown_field() -> str:
+            bad = {**_item(stage, png, masks, boxes), "no_such_field": 1}
+            got = results_of(post({"items": [bad, _item(stage, png, masks, boxes)]}), 2)
+            err = got[0].get("error") if isinstance(got[0], dict) else None
+            _expect(isinstance(err, dict) and err.get("status") == 400,
+                    "an item with an unknown field must fail alone with status 400 (it was answered)")  # fmt: skip
+            check(got[1], hw)
+            return "the item failed with 400; the other item answered"
+
+        def no_length() -> str:
+            body = json.dumps({"items": [_item(stage, png, masks, boxes)]}).encode()
+
+            def chunks() -> Iterator[bytes]:
+                yield body
+
+            r = client.post(route, content=chunks(), headers={"content-type": "application/json"})
+            _expect(r.status_code == 411, f"a body without Content-Length must get HTTP 411, got {r.status_code}")
+            return "411"
+
+        def readiness() -> str:
+            r = client.get(f"{base}/readyz")
+            _expect(r.status_code == 200, f"GET /readyz: HTTP {r.status_code}")
+            _expect(limits.get("ready") is True, "/readyz answers 200 but GET /info says ready: false")
+            item = post({"items": [_item(stage, png, masks, boxes)]})
+            _expect(item.status_code == 200, f"/readyz answers 200 but an item got HTTP {item.status_code}")
+            return "/readyz, /info and the API agree"
+
+        def photo(path: Path) -> Callable[[], str]:
+            def run_photo() -> str:
+                data = path.read_bytes()
+                image = adapter.decode_image(data)
+                shape = (int(image.shape[0]), int(image.shape[1]))
+                got = results_of(post({"items": [_photo_item(stage, data, shape)]}), 1)[0]
+                summary = check(got, shape, k=1)
+                if stage == "detector":
+                    det = adapter.detections_from_proto(adapter.from_json(got, stages_pb2.DetectResult))
+                    _expect(len(det) > 0, f"nothing found in {path.name}: pass a photo the detector should find "
+                            "something in, or the checks of detections see nothing")  # fmt: skip
+                    found.update(det.class_names)
+                return summary
+
+            return run_photo
+
+        found: set[str] = set()
+
+        def expected() -> str:
+            missing = sorted(set(expect) - found)
+            _expect(not missing, f"{', '.join(missing)} not found in any --image (found: {sorted(found) or 'nothing'})")
+            return f"found {', '.join(sorted(expect))}"
 
         def malformed() -> str:
             r = client.post(route, content=b"{not json", headers={"content-type": "application/json"})
@@ -230,12 +356,19 @@ def run_checks(stage: str, url: str, *, timeout: float = 30.0) -> list[Check]:
         run(f"POST /{ROUTES[stage]}: malformed body (4xx)", malformed)
         run(f"POST /{ROUTES[stage]}: oversized body (413)", oversized)
         run(f"POST /{ROUTES[stage]}: deterministic", deterministic)
+        run(f"POST /{ROUTES[stage]}: an item with an unknown field fails alone (400)", unknown_field)
+        run(f"POST /{ROUTES[stage]}: no Content-Length (411)", no_length)
+        run("readiness: /readyz, /info.ready and the API agree", readiness)
+        for path in map(Path, images):
+            run(f"POST /{ROUTES[stage]}: photo {path.name}", photo(path))
+        if expect:
+            run(f"--expect {', '.join(expect)}", expected)
         if stage == "depth":
 
             def float32() -> str:
                 item = _item(stage, png, masks, boxes, encoding=common_pb2.DEPTH_ENCODING_FLOAT32)
                 got = results_of(post({"items": [item]}), 1)[0]
-                return _validate(stage, got, hw, encoding=common_pb2.DEPTH_ENCODING_FLOAT32)
+                return check(got, hw, encoding=common_pb2.DEPTH_ENCODING_FLOAT32)
 
             run("POST /depth: float32 on request", float32)
         run("GET /metrics", metrics)

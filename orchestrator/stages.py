@@ -220,6 +220,10 @@ class RemoteStages:
 
     async def call(self, stage: str, item: dict[str, Any], deadline: float) -> dict[str, Any]:
         """POST one item to a stage and return its one JSON result (see the module docstring)."""
+        if self.config is not None and stage not in self.infos and stage not in self.problems:
+            with contextlib.suppress(httpx.HTTPError):  # not polled yet: read /info before the first call
+                if not await self.read_info(stage):
+                    self.problems.setdefault(stage, "GET /info did not answer 200")
         if stage in self.problems:
             raise StageError(stage, f"refused: {self.problems[stage]}", rule="stage-info", code="UNAVAILABLE")
         url = f"{self.urls[stage]}/{ROUTES[stage]}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from negt2i.stages.registry import STAGES
@@ -18,13 +19,29 @@ def register(sub: Any) -> None:
     p.add_argument("stage", choices=STAGES)
     p.add_argument("url", help="the service's base URL, e.g. http://127.0.0.1:3001")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call (default 30)")
+    p.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a photo the service should find something in (repeatable); every answer is checked",
+    )
+    p.add_argument("--expect", action="append", default=[], metavar="CLASS",
+                   help="a class the detector must find in at least one --image (repeatable)")  # fmt: skip
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from negt2i.conformance import format_report, run_checks
 
-    checks = run_checks(args.stage, args.url, timeout=args.timeout)
+    if args.expect and not args.image:
+        print("error: --expect needs at least one --image", file=sys.stderr)
+        return 2
+    missing = [f for f in args.image if not Path(f).is_file()]
+    if missing:
+        print(f"error: no such image file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    checks = run_checks(args.stage, args.url, timeout=args.timeout, images=args.image, expect=args.expect)
     print(format_report(args.stage, args.url, checks))
     if not any(c.passed for c in checks[:3]):
         print(f"error: nothing answered at {args.url}", file=sys.stderr)

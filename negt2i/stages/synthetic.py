@@ -211,22 +211,23 @@ def find_objects(image: Image, min_area: int = 4) -> list[tuple[str, NDArray[np.
 
 
 class SyntheticDetector:
-    """Finds ``render_scene`` objects by their class colour; every detection scores ``score``."""
+    """Finds ``render_scene`` objects by their class colour; every detection scores ``score`` (none when
+    ``score`` is below the config's prediction floor, which the detector applies)."""
 
     def __init__(self, *, score: float = 0.9, min_area: int = 4, config: RuleConfig = CURRENT, **_: Any) -> None:
         if not 0.0 <= score <= 1.0:
             raise ValueError(f"score must be in [0, 1], got {score}")
         self.score = score
         self.min_area = min_area
-        floor = config.detection.prediction_floor
-        self.info = applied(_info("detector"), config, OperatingPoint(prediction_floor=floor))
+        self.floor = config.detection.prediction_floor
+        self.info = applied(_info("detector"), config, OperatingPoint(prediction_floor=self.floor))
 
     def detect(self, images: Sequence[Image]) -> list[Detections]:
         """One ``Detections`` per image (see the module docstring)."""
         out: list[Detections] = []
         for image in images:
             hw = check_image(image)
-            found = find_objects(image, self.min_area)
+            found = find_objects(image, self.min_area) if self.score >= self.floor else []
             if not found:
                 out.append(Detections.empty(hw))
                 continue
