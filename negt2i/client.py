@@ -297,7 +297,8 @@ def _record_of(
 
     if resp.HasField("result"):
         verdict = adapter.verdict_from_proto(resp.result.verdict)
-        record = ok_record(verdict, filename=job.filename, sample=job.sample, models=models)
+        served = adapter.models_record(list(resp.result.stages))  # the models that actually served this item
+        record = ok_record(verdict, filename=job.filename, sample=job.sample, models={**models, **served})
         record["services"] = adapter.services_record(list(resp.result.stages)) or services
         return record
     err = resp.error

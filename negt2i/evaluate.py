@@ -211,8 +211,14 @@ def load_image(path: Path) -> Image:
 
 
 def _identity(models: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Stage -> (backend, model, weights hash, operating point): lines that differ in any of them do not mix."""
     return {
-        stage: (str(info.get("backend", "")), str(info.get("model", "")), str(info.get("sha256", "")))
+        stage: (
+            str(info.get("backend", "")),
+            str(info.get("model", "")),
+            str(info.get("sha256", "")),
+            json.dumps(info.get("operating_point"), sort_keys=True),
+        )
         for stage, info in models.items()
         if isinstance(info, Mapping)
     }

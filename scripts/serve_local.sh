@@ -4,7 +4,10 @@
 #
 #   scripts/serve_local.sh                      # synthetic backends (no weights needed)
 #   NEGT2I_BACKEND=rfdetr-seg-xl ... scripts/serve_local.sh   # or per stage: NEGT2I_DETECTOR_BACKEND=...
+#   NEGT2I_DETECTOR_URL=http://127.0.0.1:9000 scripts/serve_local.sh   # an external detector: not started here
 #
+# A stage whose NEGT2I_<STAGE>_URL is set is not started: the orchestrator is pointed at that URL. Stages and
+# orchestrator get the same NEGT2I_RULES (default current), so the constants the stages apply match.
 # Environment: NEGT2I_BACKEND (all stages, default synthetic), NEGT2I_<STAGE>_BACKEND, NEGT2I_DEVICE (default cpu),
 # NEGT2I_PORT_BASE (default 3000: stages on +1..+4), NEGT2I_PORT (orchestrator, default 50051), NEGT2I_LOG_DIR.
 set -euo pipefail
@@ -16,6 +19,7 @@ port=${NEGT2I_PORT:-50051}
 logs=${NEGT2I_LOG_DIR:-$(mktemp -d -t negt2i-serve-XXXX)}
 mkdir -p "$logs"
 export NEGT2I_DEVICE=${NEGT2I_DEVICE:-cpu} NEGT2I_GPUS=${NEGT2I_GPUS:-0} BENTOML_DO_NOT_TRACK=true
+export NEGT2I_RULES=${NEGT2I_RULES:-current}
 stages=(detector segmenter attributes depth)
 classes=(Detector Segmenter Attributes Depth)
 pids=()
@@ -27,6 +31,11 @@ cleanup() {
 trap cleanup EXIT INT TERM
 for i in 0 1 2 3; do
     stage=${stages[$i]}
+    url_var="NEGT2I_${stage^^}_URL"
+    if [ -n "${!url_var:-}" ]; then  # given: an external service (e.g. a swapped detector); not started here
+        echo "$stage: external at ${!url_var}"
+        continue
+    fi
     var="NEGT2I_${stage^^}_BACKEND"
     export "$var=${!var:-${NEGT2I_BACKEND:-synthetic}}"
     stage_port=$((base + i + 1))

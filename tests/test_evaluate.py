@@ -145,6 +145,19 @@ def test_resume_refuses_other_rules(images: Path, tmp_path: Path, capsys):
     assert "write to another --out file" in capsys.readouterr().err
 
 
+def test_resume_refuses_another_operating_point(images: Path, tmp_path: Path, capsys):
+    """Same detector, same rules file digest aside: a file written at another floor is not mixed into."""
+    out = tmp_path / "op.jsonl"
+    assert _run(images, out, "--limit", "1") == 0
+    record = json.loads(out.read_text())
+    assert record["models"]["detector"]["operating_point"] == {"prediction_floor": 0.005, "suppression": "none",
+                                                               "input_size": 0}  # fmt: skip
+    record["models"]["detector"]["operating_point"]["prediction_floor"] = 0.25
+    out.write_text(json.dumps(record) + "\n")
+    assert _run(images, out) == 2
+    assert "written by other models" in capsys.readouterr().err
+
+
 def test_bad_files_are_error_lines(tmp_path: Path, capsys):
     root = tmp_path / "images"
     write_geneval_layout(root, [(NON_RED_CUP, [_cup("blue")] * 6), (NON_RED_CUP | {"id": "x2"}, [_cup("blue")])])

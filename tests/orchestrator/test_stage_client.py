@@ -148,3 +148,78 @@ def test_settings_from_env_and_flags(monkeypatch):
     monkeypatch.setenv("NEGT2I_RULES", "previous")
     f = Settings.from_args(["--port", "7000", "--depth-url", "http://d:1", "--depth-encoding", "float32"])
     assert (f.port, f.urls["depth"], f.rules, f.depth_encoding) == (7000, "http://d:1", "previous", "float32")
+
+
+def _info_json(model: str, *, contract: str = "negt2i.v1", stage: str = "detector", floor: float = 0.005) -> dict:
+    from negt2i.stages.base import ModelInfo, OperatingPoint
+
+    info = ModelInfo(stage=stage, backend="b", model=model, operating_point=OperatingPoint(prediction_floor=floor),
+                     rules={"detection.prediction_floor": floor})  # fmt: skip
+    return {"contract": contract, "model": info.model_dump(mode="json"), "ready": True}, info.digest()
+
+
+def test_a_replaced_instance_is_noticed_at_once_and_named_in_the_answer():
+    """Two instances behind one address: the answer's digest names the new model, /info is re-read at once."""
+    from negt2i.config import CURRENT
+
+    old, old_digest = _info_json("old-model")
+    new, new_digest = _info_json("new-model")
+    state = {"info": old, "digest": old_digest, "info_reads": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/info":
+            state["info_reads"] += 1
+            return httpx.Response(200, json=state["info"])
+        if request.url.path == "/readyz":
+            return httpx.Response(200)
+        return httpx.Response(200, json=[{**RESULT, "model_digest": state["digest"]}])
+
+    async def run() -> list[str]:
+        stages = _stages(handler, config=CURRENT)
+        try:
+            assert await stages.ready("detector")
+            names = [(await stages.detect(PNG, (32, 32), time.monotonic() + 5))[1].model.model]
+            state["info"], state["digest"] = new, new_digest  # the swap; no health poll in between
+            names.append((await stages.detect(PNG, (32, 32), time.monotonic() + 5))[1].model.model)
+            return names
+        finally:
+            await stages.close()
+
+    assert asyncio.run(run()) == ["old-model", "new-model"]
+    assert state["info_reads"] == 2  # once by the health poll, once on the new digest
+
+
+@pytest.mark.parametrize(
+    ("info", "needle"),
+    [
+        (_info_json("m", contract="v1")[0], "contract 'v1'"),
+        (_info_json("m", stage="segmenter")[0], "names stage 'segmenter'"),
+        (_info_json("m", floor=0.25)[0], "rule constants"),
+        ({"contract": "negt2i.v1", "model": {"stage": "detector", "model": "m"}, "surprise": 1}, "not a valid"),
+    ],
+)
+def test_invalid_info_is_refused_with_unavailable(info, needle):
+    from negt2i.config import CURRENT
+
+    posts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/info":
+            return httpx.Response(200, json=info)
+        if request.url.path == "/readyz":
+            return httpx.Response(200)
+        posts.append(request)
+        return httpx.Response(200, json=[RESULT])
+
+    async def run() -> None:
+        stages = _stages(handler, config=CURRENT)
+        try:
+            assert not await stages.ready("detector")
+            await stages.detect(PNG, (32, 32), time.monotonic() + 5)
+        finally:
+            await stages.close()
+
+    with pytest.raises(StageError) as err:
+        asyncio.run(run())
+    assert err.value.code == "UNAVAILABLE" and err.value.rule == "stage-info" and needle in err.value.message
+    assert not posts  # never called
