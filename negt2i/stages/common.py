@@ -147,11 +147,3 @@ def masked_crop(
     crop = image[r0:r1, c0:c1].copy()
     crop[~mask[r0:r1, c0:c1]] = np.asarray(fill, dtype=np.uint8)
     return crop
-
-
-def resize_nearest(values: NDArray[np.float32], shape_hw: tuple[int, int]) -> NDArray[np.float32]:
-    """Nearest-neighbour resize of a 2-D map (used by tests and the synthetic depth backend)."""
-    h, w = shape_hw
-    rows = np.minimum((np.arange(h) + 0.5) * values.shape[0] / h, values.shape[0] - 1).astype(np.intp)
-    cols = np.minimum((np.arange(w) + 0.5) * values.shape[1] / w, values.shape[1] - 1).astype(np.intp)
-    return np.ascontiguousarray(values[np.ix_(rows, cols)], dtype=np.float32)

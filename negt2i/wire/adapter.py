@@ -30,7 +30,7 @@ from negt2i.failures import Failure, FailureKind
 from negt2i.perception import AttributeScores, BoolMask, Detections, ImagePerception, RefinedMasks
 from negt2i.spec import AttributeStatement, Polarity, Prompt, SpecError, parse_prompt
 from negt2i.stages.base import Image, ModelInfo, OperatingPoint
-from negt2i.verdict import Verdict
+from negt2i.verdict import FailureCause, RowFailure, Verdict
 from negt2i.vocab import Category
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
 
@@ -490,8 +490,24 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
 # --------------------------------------------------------------------------- verdicts
 
 
-def _enum_name(value: Any) -> str:
-    return "" if value is None else str(getattr(value, "value", value))
+_CAUSE_TO: Final[dict[FailureCause | None, int]] = {
+    None: evaluator_pb2.FAILURE_CAUSE_UNSPECIFIED,
+    FailureCause.UNDETECTED_OBJECT: evaluator_pb2.FAILURE_CAUSE_UNDETECTED_OBJECT,
+    FailureCause.OVER_COUNT: evaluator_pb2.FAILURE_CAUSE_OVER_COUNT,
+    FailureCause.DEAD_ZONE: evaluator_pb2.FAILURE_CAUSE_DEAD_ZONE,
+    FailureCause.POSITIVE_VIOLATED: evaluator_pb2.FAILURE_CAUSE_POSITIVE_VIOLATED,
+    FailureCause.NEGATED_VIOLATED: evaluator_pb2.FAILURE_CAUSE_NEGATED_VIOLATED,
+}
+_CAUSE_FROM: Final[dict[int, FailureCause | None]] = {v: k for k, v in _CAUSE_TO.items()}
+_ROW_TO: Final[dict[RowFailure | None, int]] = {
+    None: evaluator_pb2.ROW_FAILURE_UNSPECIFIED,
+    RowFailure.UNDETECTED_OBJECT: evaluator_pb2.ROW_FAILURE_UNDETECTED_OBJECT,
+    RowFailure.OVER_COUNT: evaluator_pb2.ROW_FAILURE_OVER_COUNT,
+    RowFailure.POSITIVE_VIOLATED: evaluator_pb2.ROW_FAILURE_POSITIVE_VIOLATED,
+    RowFailure.NEGATED_VIOLATED: evaluator_pb2.ROW_FAILURE_NEGATED_VIOLATED,
+    RowFailure.BOTH_POLARITIES: evaluator_pb2.ROW_FAILURE_BOTH_POLARITIES,
+}
+_ROW_FROM: Final[dict[int, RowFailure | None]] = {v: k for k, v in _ROW_TO.items()}
 
 
 def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
@@ -504,9 +520,7 @@ def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
         setting=verdict.setting,
         correct=verdict.correct,
         reason=verdict.reason,
-        failure_class=evaluator_pb2.RowFailure.Value(f"ROW_FAILURE_{_enum_name(verdict.failure_class).upper()}")
-        if verdict.failure_class is not None
-        else evaluator_pb2.ROW_FAILURE_UNSPECIFIED,
+        failure_class=_ROW_TO[verdict.failure_class],  # type: ignore[arg-type]
         config_json=json.dumps(verdict.config, separators=(",", ":")),
         evaluator_version=verdict.evaluator_version,
     )
@@ -537,9 +551,7 @@ def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
             requested=s.requested,
             evaluated=s.evaluated,
             passed=s.passed,
-            cause=evaluator_pb2.FailureCause.Value(f"FAILURE_CAUSE_{_enum_name(s.cause).upper()}")
-            if s.cause is not None
-            else evaluator_pb2.FAILURE_CAUSE_UNSPECIFIED,
+            cause=_CAUSE_TO[s.cause],  # type: ignore[arg-type]
             dead_zone=s.dead_zone,
             measurements_json=json.dumps(s.measurements, separators=(",", ":")),
         )
@@ -551,7 +563,6 @@ def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
 
 def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
     """Back to the core ``Verdict`` (see ``verdict_to_proto``)."""
-    row = evaluator_pb2.RowFailure.Name(msg.failure_class).removeprefix("ROW_FAILURE_").lower()
     data: dict[str, Any] = {
         "prompt_id": msg.prompt_id,
         "tag": msg.tag,
@@ -560,7 +571,7 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
         "setting": msg.setting,
         "correct": msg.correct,
         "reason": msg.reason,
-        "failure_class": None if row == "unspecified" else row,
+        "failure_class": _ROW_FROM[msg.failure_class],
         "objects": [
             {
                 "index": o.index,
@@ -583,7 +594,6 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
         "evaluator_version": msg.evaluator_version,
     }
     for s in msg.statements:
-        cause = evaluator_pb2.FailureCause.Name(s.cause).removeprefix("FAILURE_CAUSE_").lower()
         data["statements"].append(
             {
                 "index": s.index,
@@ -595,7 +605,7 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
                 "evaluated": s.evaluated,
                 "fired": list(s.fired.values) if s.HasField("fired") else None,
                 "passed": s.passed,
-                "cause": None if cause == "unspecified" else cause,
+                "cause": _CAUSE_FROM[s.cause],
                 "dead_zone": s.dead_zone,
                 "measurements": json.loads(s.measurements_json) if s.measurements_json else {},
             }

@@ -39,9 +39,9 @@ def diffusers_generator(
     model_dir: str, steps: int = 2
 ) -> Callable[[Prompt, dict[str, Any]], bytes]:  # pragma: no cover
     """A diffusers pipeline loaded from a local folder (no network)."""
-    from diffusers import DiffusionPipeline  # type: ignore[import-not-found]  # optional
+    from diffusers import DiffusionPipeline  # type: ignore[import-not-found,unused-ignore]  # optional
 
-    pipe = DiffusionPipeline.from_pretrained(model_dir, local_files_only=True)
+    pipe = DiffusionPipeline.from_pretrained(model_dir, local_files_only=True)  # type: ignore[no-untyped-call,unused-ignore]
 
     def generate(prompt: Prompt, _: dict[str, Any]) -> bytes:
         image = pipe(prompt.prompt, num_inference_steps=steps).images[0]

@@ -194,3 +194,21 @@ def test_perception_round_trips_without_the_disparity():
             assert back.disparity is None
             assert adapter.perception_to_proto(p).used_depth == (p.disparity is not None)
     assert kinds == {"refined", "attributes"}
+
+
+def test_enum_tables_cover_both_sides_exactly():
+    """Core enums <-> proto enums by explicit tables: every value of each side maps, one to one."""
+    from negt2i.failures import Failure, FailureKind
+    from negt2i.verdict import FailureCause, RowFailure
+    from negt2i.wire.v1 import evaluator_pb2
+
+    for table, core, proto in [
+        (adapter._CAUSE_TO, FailureCause, evaluator_pb2.FailureCause),
+        (adapter._ROW_TO, RowFailure, evaluator_pb2.RowFailure),
+    ]:
+        assert set(table) == {None, *core} and sorted(table.values()) == sorted(proto.values())
+    assert set(adapter._KIND_TO) == set(FailureKind)
+    assert sorted(adapter._KIND_TO.values()) == sorted(v for v in evaluator_pb2.FailureKind.values() if v)
+    for kind in FailureKind:
+        back = adapter.failure_from_proto(adapter.failure_to_proto(Failure(kind, "why", stage="s", rule="r")))
+        assert (back.kind, back.stage, back.rule, back.code) == (kind, "s", "r", "INTERNAL")
