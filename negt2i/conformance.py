@@ -72,18 +72,13 @@ def _scene(hw: tuple[int, int], shift: int = 0) -> tuple[bytes, Any, Any]:
 
 
 def _item(stage: str, png: bytes, masks: Any, boxes: Any, encoding: int = 0) -> dict[str, Any]:
+    """The stage table's probe item for an image with K masks / boxes (class names cup, dog, cup, ...)."""
     from negt2i.wire import adapter
-    from negt2i.wire.v1 import stages_pb2
+    from negt2i.wire.stage_table import spec
 
-    msg: Any
-    if stage == "detector":
-        msg = stages_pb2.DetectItem(image=adapter.image_to_proto(png))
-    elif stage == "segmenter":
-        msg = adapter.segment_item(png, boxes, masks)
-    elif stage == "attributes":
-        msg = adapter.attributes_item(png, masks, ["cup", "dog"], ["red", "blue", "gray"])
-    else:
-        msg = stages_pb2.DepthItem(image=adapter.image_to_proto(png), encoding=encoding)  # type: ignore[arg-type]
+    msg: Any = spec(stage).probe(png, masks, boxes, [("cup", "dog")[i % 2] for i in range(len(masks))])
+    if encoding:
+        msg.encoding = encoding
     return adapter.to_json(msg)
 
 
@@ -96,18 +91,13 @@ def _validate(
     digest: str = "",
 ) -> str:  # fmt: skip
     """Raise ``_Fail`` unless ``result`` is a correct result for the probe item; returns a summary."""
-    from negt2i.wire import adapter
-    from negt2i.wire.v1 import common_pb2, stages_pb2
-
-    cls = {
-        "detector": stages_pb2.DetectResult,
-        "segmenter": stages_pb2.SegmentResult,
-        "attributes": stages_pb2.AttributesResult,
-        "depth": stages_pb2.DepthResult,
-    }[stage]
     from negt2i import flow
     from negt2i.failures import StageError
+    from negt2i.wire import adapter
+    from negt2i.wire.stage_table import spec
+    from negt2i.wire.v1 import common_pb2
 
+    cls = spec(stage).result
     try:
         msg: Any = adapter.from_json(result, cls)
         if msg.HasField("error"):
@@ -151,10 +141,6 @@ def _photo_item(stage: str, data: bytes, hw: tuple[int, int]) -> dict[str, Any]:
     from negt2i.perception import mask_to_xyxy
 
     box = np.array([mask_to_xyxy(mask)], dtype=np.float32)
-    if stage == "attributes":
-        from negt2i.wire import adapter
-
-        return adapter.to_json(adapter.attributes_item(data, mask[None], ["cup"], ["red", "blue", "gray"]))
     return _item(stage, data, mask[None], box)
 
 
@@ -170,13 +156,14 @@ def run_checks(
     import httpx
 
     from negt2i.wire import adapter
-    from negt2i.wire.stage_handlers import ROUTES
+    from negt2i.wire.stage_table import STAGE_TABLE
     from negt2i.wire.v1 import common_pb2, stages_pb2
 
-    if stage not in STAGES:
+    if stage not in STAGE_TABLE:
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    route_path = STAGE_TABLE[stage].route
     base = url.rstrip("/")
-    route = f"{base}/{ROUTES[stage]}"
+    route = f"{base}/{route_path}"
     checks: list[Check] = []
     hw = (64, 80)
     png, masks, boxes = _scene(hw)
@@ -350,17 +337,17 @@ def run_checks(
         run("GET /livez", livez)
         run("GET /readyz", readyz)
         run("GET /info", info)
-        run(f"POST /{ROUTES[stage]}: one valid item", valid)
-        run(f"POST /{ROUTES[stage]}: two items answered in order", batch)
-        run(f"POST /{ROUTES[stage]}: a bad item fails alone (400)", bad_item)
-        run(f"POST /{ROUTES[stage]}: malformed body (4xx)", malformed)
-        run(f"POST /{ROUTES[stage]}: oversized body (413)", oversized)
-        run(f"POST /{ROUTES[stage]}: deterministic", deterministic)
-        run(f"POST /{ROUTES[stage]}: an item with an unknown field fails alone (400)", unknown_field)
-        run(f"POST /{ROUTES[stage]}: no Content-Length (411)", no_length)
+        run(f"POST /{route_path}: one valid item", valid)
+        run(f"POST /{route_path}: two items answered in order", batch)
+        run(f"POST /{route_path}: a bad item fails alone (400)", bad_item)
+        run(f"POST /{route_path}: malformed body (4xx)", malformed)
+        run(f"POST /{route_path}: oversized body (413)", oversized)
+        run(f"POST /{route_path}: deterministic", deterministic)
+        run(f"POST /{route_path}: an item with an unknown field fails alone (400)", unknown_field)
+        run(f"POST /{route_path}: no Content-Length (411)", no_length)
         run("readiness: /readyz, /info.ready and the API agree", readiness)
         for path in map(Path, images):
-            run(f"POST /{ROUTES[stage]}: photo {path.name}", photo(path))
+            run(f"POST /{route_path}: photo {path.name}", photo(path))
         if expect:
             run(f"--expect {', '.join(expect)}", expected)
         if stage == "depth":

@@ -46,7 +46,7 @@ from negt2i.failures import StageError
 from negt2i.perception import BoolMask, Detections
 from negt2i.stages.base import ModelInfo
 from negt2i.wire import adapter
-from negt2i.wire.stage_handlers import ROUTES
+from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, stages_pb2
 
 log = logging.getLogger("negt2i.orchestrator")
@@ -226,7 +226,7 @@ class RemoteStages:
                     self.problems.setdefault(stage, "GET /info did not answer 200")
         if stage in self.problems:
             raise StageError(stage, f"refused: {self.problems[stage]}", rule="stage-info", code="UNAVAILABLE")
-        url = f"{self.urls[stage]}/{ROUTES[stage]}"
+        url = f"{self.urls[stage]}/{STAGE_TABLE[stage].route}"
         body = json.dumps({"items": [item]}, separators=(",", ":")).encode()
         async with self.limiters[stage]:
             attempt = 0
@@ -289,9 +289,10 @@ class RemoteStages:
         return StageError(stage, f"HTTP {r.status_code} from the stage ({text})", code="INTERNAL")
 
     @staticmethod
-    def _parse(stage: str, data: dict[str, Any], cls: type[Any]) -> Any:
+    def _parse(stage: str, data: dict[str, Any]) -> Any:
+        """The stage's result message (its type from the stage table), or a ``StageError``."""
         try:
-            msg = adapter.from_json(data, cls, field=stage)
+            msg = adapter.from_json(data, STAGE_TABLE[stage].result, field=stage)
             adapter.check_item(msg, stage)
         except adapter.StageItemError as exc:
             code = "INVALID_ARGUMENT" if exc.status == 400 else "INTERNAL"
@@ -308,7 +309,7 @@ class RemoteStages:
     ) -> tuple[Detections, common_pb2.StageService]:
         """Detections of one image (checked against the contract by ``negt2i.flow.begin``)."""
         item = adapter.to_json(stages_pb2.DetectItem(image=adapter.image_to_proto(image)))
-        msg = self._parse("detector", await self.call("detector", item, deadline), stages_pb2.DetectResult)
+        msg = self._parse("detector", await self.call("detector", item, deadline))
         try:
             det = adapter.detections_from_proto(msg, field="detector")
         except adapter.WireError as exc:
@@ -320,7 +321,7 @@ class RemoteStages:
     ) -> tuple[BoolMask, common_pb2.StageService]:
         """Refined masks (K, H, W) for K box prompts."""
         item = adapter.to_json(adapter.segment_item(image, boxes, refs))
-        msg = self._parse("segmenter", await self.call("segmenter", item, deadline), stages_pb2.SegmentResult)
+        msg = self._parse("segmenter", await self.call("segmenter", item, deadline))
         try:
             masks = adapter.segment_result_masks(msg, boxes.shape[0], shape_hw)
         except adapter.WireError as exc:
@@ -332,7 +333,7 @@ class RemoteStages:
     ) -> tuple[NDArray[np.float32], common_pb2.StageService]:
         """Scores (K, A)."""
         item = adapter.to_json(adapter.attributes_item(image, masks, names, answers))
-        msg = self._parse("attributes", await self.call("attributes", item, deadline), stages_pb2.AttributesResult)
+        msg = self._parse("attributes", await self.call("attributes", item, deadline))
         try:
             scores = adapter.attributes_result_scores(msg, masks.shape[0], len(answers))
         except adapter.WireError as exc:
@@ -344,7 +345,7 @@ class RemoteStages:
     ) -> tuple[NDArray[np.float32], common_pb2.StageService]:
         """Disparity (H, W) float32."""
         item = adapter.to_json(stages_pb2.DepthItem(image=adapter.image_to_proto(image), encoding=self.depth_encoding))
-        msg = self._parse("depth", await self.call("depth", item, deadline), stages_pb2.DepthResult)
+        msg = self._parse("depth", await self.call("depth", item, deadline))
         try:
             values = adapter.depth_result_map(msg, shape_hw)
         except adapter.WireError as exc:

@@ -25,15 +25,8 @@ from google.protobuf.message import Message
 from negt2i.stages.base import Image, ModelInfo
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
 from negt2i.wire import adapter
+from negt2i.wire.stage_table import spec
 from negt2i.wire.v1 import common_pb2, stages_pb2
-
-ROUTES: Final[dict[str, str]] = {
-    "detector": "detect",
-    "segmenter": "segment",
-    "attributes": "attributes",
-    "depth": "depth",
-}
-"""The POST route (``/<route>``) of each stage."""
 
 DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 """Largest request body a stage service accepts by default (HTTP 413 above)."""
@@ -91,9 +84,16 @@ class StageHandler:
     def __init__(self, settings: StageSettings, backend: Any | None = None) -> None:
         self.settings = settings
         self.stage = settings.stage
-        self.route = ROUTES[settings.stage]
+        self.spec = spec(settings.stage)
+        self.route = self.spec.route
         self.backend = backend if backend is not None else _create_backend(settings)
         self.ready = False
+        self._handlers: dict[str, Callable[[Sequence[Any]], list[Message]]] = {
+            "detector": self._detect,
+            "segmenter": self._segment,
+            "attributes": self._attributes,
+            "depth": self._depth,
+        }
 
     @property
     def model_info(self) -> ModelInfo:
@@ -109,15 +109,7 @@ class StageHandler:
         png = adapter.encode_png(image)
         mask = np.zeros((32, 32), dtype=bool)
         mask[8:24, 8:24] = True
-        item: Message
-        if self.stage == "detector":
-            item = stages_pb2.DetectItem(image=adapter.image_to_proto(png))
-        elif self.stage == "segmenter":
-            item = adapter.segment_item(png, np.array([mask_to_xyxy(mask)], np.float32), mask[None])
-        elif self.stage == "attributes":
-            item = adapter.attributes_item(png, mask[None], ["cup"], ["red", "gray"])
-        else:
-            item = stages_pb2.DepthItem(image=adapter.image_to_proto(png))
+        item = self.spec.probe(png, mask[None], np.array([mask_to_xyxy(mask)], np.float32), ["cup"])
         result = self.handle([adapter.to_json(item)])[0]
         if "error" in result and result["error"].get("status") == 500:
             raise RuntimeError(f"{self.stage} backend failed its warm-up: {result['error'].get('message')}")
@@ -140,7 +132,7 @@ class StageHandler:
 
     def handle(self, items: Sequence[Any]) -> list[dict[str, Any]]:
         """One JSON result per JSON item, in order."""
-        handler: Callable[[Sequence[Any]], list[Message]] = getattr(self, f"_{self.route}")
+        handler = self._handlers[self.stage]
         digest = self.model_info.digest()
         out: list[dict[str, Any]] = []
         for m in handler(items):
@@ -196,11 +188,11 @@ class StageHandler:
     def _detect(self, items: Sequence[Any]) -> list[Message]:
         return self._batched(
             items,
-            item_cls=stages_pb2.DetectItem,
+            item_cls=self.spec.item,
             prepare=lambda m: self._image(m.image),
             run=self.backend.detect,
             pack=lambda _m, det: adapter.detections_to_proto(det),
-            result_cls=stages_pb2.DetectResult,
+            result_cls=self.spec.result,
         )
 
     def _segment_prepare(self, msg: stages_pb2.SegmentItem) -> tuple[Image, Any, Any]:
@@ -220,11 +212,11 @@ class StageHandler:
 
         return self._batched(
             items,
-            item_cls=stages_pb2.SegmentItem,
+            item_cls=self.spec.item,
             prepare=self._segment_prepare,
             run=run,
             pack=lambda _m, masks: adapter.masks_to_segment_result(np.asarray(masks, dtype=bool)),
-            result_cls=stages_pb2.SegmentResult,
+            result_cls=self.spec.result,
         )
 
     def _attributes_prepare(self, msg: stages_pb2.AttributesItem) -> tuple[Image, Any, list[str], list[str]]:
@@ -245,11 +237,11 @@ class StageHandler:
 
         return self._batched(
             items,
-            item_cls=stages_pb2.AttributesItem,
+            item_cls=self.spec.item,
             prepare=self._attributes_prepare,
             run=run,
             pack=lambda _m, scores: adapter.scores_to_attributes_result(np.asarray(scores, dtype=np.float32)),
-            result_cls=stages_pb2.AttributesResult,
+            result_cls=self.spec.result,
         )
 
     def _depth(self, items: Sequence[Any]) -> list[Message]:
@@ -258,9 +250,9 @@ class StageHandler:
 
         return self._batched(
             items,
-            item_cls=stages_pb2.DepthItem,
+            item_cls=self.spec.item,
             prepare=lambda m: self._image(m.image),
             run=self.backend.disparity,
             pack=pack,
-            result_cls=stages_pb2.DepthResult,
+            result_cls=self.spec.result,
         )
