@@ -1,25 +1,40 @@
-"""Every overlay and Job kustomization renders, and every object is schema-valid (strict)."""
+"""Every overlay and Job kustomization renders, every object is schema-valid (strict), and
+the plain manifests `kubectl apply -f k8s/` reads are exactly what the sources render."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
+import yaml
 
 from tests.k8s.helpers import (
+    GPU_RESOURCE,
     JOBS,
     K8S,
     KUBERNETES_VERSIONS,
     KUSTOMIZATIONS,
     OVERLAYS,
+    REPO,
     key,
+    kubectl,
     kubernetes_validate,
+    kustomize,
+    load_file,
+    render_script,
     rendered,
 )
 
+RENDERED = render_script().OUTPUTS
+"""The rendered files: k8s/negt2i.yaml (the platform) and the swap files in k8s/swap/."""
 
-def test_every_kustomization_is_tested() -> None:
-    # A new overlay or Job directory must be added to the lists the other tests iterate over.
-    assert sorted(p.name for p in (K8S / "overlays").iterdir() if p.is_dir()) == sorted(OVERLAYS)
-    assert sorted(p.name for p in (K8S / "jobs").iterdir() if p.is_dir()) == sorted(JOBS)
+
+def test_every_overlay_declares_its_gpu_resource() -> None:
+    # A new overlay must say which GPU resource its stage pods take (test_policies checks it).
+    assert sorted(GPU_RESOURCE) == sorted(OVERLAYS)
 
 
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
@@ -34,12 +49,10 @@ def test_renders_without_duplicates(name: str) -> None:
         assert obj["metadata"]["labels"].get("app.kubernetes.io/part-of") == "negt2ibench", key(obj)
 
 
-@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
-@pytest.mark.parametrize("name", KUSTOMIZATIONS)
-def test_objects_validate_strictly(name: str, version: str) -> None:
+def _validate(objs: list[dict] | tuple[dict, ...], version: str) -> list[str]:
     kv = kubernetes_validate()
     errors = []
-    for obj in rendered(name):
+    for obj in objs:
         try:
             kv.validate(obj, version, strict=True)
         except kv.ValidationError as error:
@@ -48,7 +61,26 @@ def test_objects_validate_strictly(name: str, version: str) -> None:
         except kv.SchemaNotFoundError as error:
             # An object without a schema (a CRD) would go unchecked: not allowed here.
             errors.append(f"{key(obj)}: {error.message}")
+    return errors
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("name", KUSTOMIZATIONS)
+def test_objects_validate_strictly(name: str, version: str) -> None:
+    errors = _validate(rendered(name), version)
     assert not errors, f"{name} against Kubernetes {version}:\n" + "\n".join(errors)
+
+
+PLAIN_FILES = [o.path for o in RENDERED] + ["gpu-sharing/time-slicing-config.yaml"]
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("path", PLAIN_FILES)
+def test_plain_manifest_files_validate_strictly(path: str, version: str) -> None:
+    objs = load_file(K8S / path)
+    assert objs
+    errors = _validate(objs, version)
+    assert not errors, f"k8s/{path} against Kubernetes {version}:\n" + "\n".join(errors)
 
 
 def test_validation_rejects_an_unknown_field() -> None:
@@ -58,3 +90,129 @@ def test_validation_rejects_an_unknown_field() -> None:
     bad = {**deployment, "spec": {**deployment["spec"], "replica": 2}}
     with pytest.raises(kv.ValidationError, match="replica"):
         kv.validate(bad, KUBERNETES_VERSIONS[0], strict=True)
+
+
+# --- the plain manifests: `kubectl apply -f k8s/` --------------------------------------------
+
+
+@pytest.mark.parametrize("output", RENDERED, ids=lambda o: o.path)
+def test_rendered_files_agree_with_their_sources(output: object) -> None:
+    path = K8S / output.path  # type: ignore[attr-defined]
+    assert path.read_text() == render_script().render(K8S, output), f"k8s/{output.path} is stale: run `make k8s`"  # type: ignore[attr-defined]
+
+
+def test_the_platform_file_is_the_gpu_overlay() -> None:
+    assert load_file(K8S / "negt2i.yaml") == list(rendered("overlays/gpu"))
+
+
+def test_the_top_of_k8s_holds_only_rendered_manifests() -> None:
+    # kubectl -f DIR sends every .json/.yaml/.yml file of DIR: no kustomization, patch or
+    # Helm values may sit there, only rendered objects.
+    top = {p.name for p in K8S.iterdir() if p.is_file() and p.suffix in (".json", ".yaml", ".yml")}
+    assert top == {Path(o.path).name for o in RENDERED if "/" not in o.path} == {"negt2i.yaml"}
+
+
+def _fake_cluster_kubeconfig(tmp_path: Path) -> Path:
+    # A cluster that refuses connections: kubectl reads and decodes every manifest it would
+    # send, then fails on each object when it asks the API server about its kind.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "none", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+        "users": [{"name": "none", "user": {"token": "none"}}],
+        "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+        "current-context": "none",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _kubectl_reads(args: list[str], kubeconfig: Path) -> tuple[list[str], list[str]]:
+    """(the file of every object `kubectl apply ARGS` would send, the other errors)."""
+    result = subprocess.run(
+        [kubectl(), "apply", *args, "--dry-run=client", "--validate=false"],
+        cwd=REPO,
+        env={"KUBECONFIG": str(kubeconfig), "PATH": "/usr/bin:/bin", "HOME": str(kubeconfig.parent)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0  # nothing can be applied: there is no cluster
+    # One `unable to recognize "FILE"` per decoded object; anything else is a decoding error.
+    files = re.findall(r'unable to recognize "([^"]+)"', result.stderr)
+    other = [
+        line
+        for line in result.stderr.splitlines()
+        if line.strip() and "unable to recognize" not in line and "memcache.go" not in line
+    ]
+    return files, other
+
+
+def test_kubectl_apply_f_k8s_sends_exactly_the_platform(tmp_path: Path) -> None:
+    # The operator's command, as typed: `kubectl apply -f k8s/` (no -R, no -k).
+    kubeconfig = _fake_cluster_kubeconfig(tmp_path)
+    files, errors = _kubectl_reads(["-f", "k8s/"], kubeconfig)
+    assert not errors
+    assert set(files) == {"k8s/negt2i.yaml"}
+    assert len(files) == len(load_file(K8S / "negt2i.yaml")) == len(rendered("overlays/gpu"))
+    # The sources would be sent too with -R (and fail to decode): they are kept below the top.
+    files, errors = _kubectl_reads(["-R", "-f", "k8s/"], kubeconfig)
+    assert "k8s/overlays/gpu/kustomization.yaml" in files and errors
+    # A swap file is one file, sent on its own: exactly one object.
+    files, errors = _kubectl_reads(["-f", "k8s/swap/detector-maskrcnn.yaml"], kubeconfig)
+    assert (files, errors) == (["k8s/swap/detector-maskrcnn.yaml"], [])
+
+
+@pytest.fixture
+def k8s_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "k8s"
+    shutil.copytree(K8S, copy)
+    return copy
+
+
+def test_a_stale_rendered_file_is_caught_and_make_k8s_fixes_it(k8s_copy: Path) -> None:
+    # (The unedited copy is fresh: test_rendered_files_agree_with_their_sources.)
+    script = render_script()
+    stages = k8s_copy / "overlays" / "gpu" / "stages.yaml"
+    stages.write_text(stages.read_text().replace("maxReplicas: 6", "maxReplicas: 5"))
+    assert script.main(["--k8s", str(k8s_copy), "--check"]) == 1
+    assert script.main(["--k8s", str(k8s_copy)]) == 0
+    hpas = {
+        o["metadata"]["name"]: o for o in load_file(k8s_copy / "negt2i.yaml") if o["kind"] == "HorizontalPodAutoscaler"
+    }
+    assert hpas["segmenter"]["spec"]["maxReplicas"] == 5
+
+
+def test_registry_and_tag_are_set_in_one_place_and_reach_every_image(k8s_copy: Path) -> None:
+    script = render_script()
+    assert (
+        script.main(["--k8s", str(k8s_copy), "--registry", "registry.example.com:5000/ml", "--tag", "0.2.0-rc1"]) == 0
+    )
+    assert script.release(k8s_copy) == ("registry.example.com:5000/ml", "0.2.0-rc1")
+    images = {
+        c["image"]
+        for o in load_file(k8s_copy / "negt2i.yaml")
+        if o["kind"] == "Deployment"
+        for c in o["spec"]["template"]["spec"]["containers"] + o["spec"]["template"]["spec"].get("initContainers", [])
+    }
+    assert images == {
+        f"registry.example.com:5000/ml/{n}:0.2.0-rc1"
+        for n in ("detector", "segmenter", "attributes", "depth", "orchestrator")
+    }
+    # The Jobs take the same component.
+    for job in JOBS:
+        for obj in kustomize(k8s_copy / "jobs" / job):
+            if obj["kind"] == "Job":
+                for c in obj["spec"]["template"]["spec"]["containers"]:
+                    assert c["image"].startswith("registry.example.com:5000/ml/") and c["image"].endswith(":0.2.0-rc1")
+    for bad in (["--tag", "latest"], ["--registry", "Not A Registry"]):
+        with pytest.raises(SystemExit, match=r"latest|registry|tag"):
+            script.main(["--k8s", str(k8s_copy), *bad])
+    assert script.release(k8s_copy) == ("registry.example.com:5000/ml", "0.2.0-rc1")
