@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_pipeline
 
+from negt2i.config import CURRENT, RuleConfig
+from negt2i.stages.base import OperatingPoint, applied
 from negt2i.stages.registry import register
 from negt2i.stages.synthetic import SyntheticDetector
 
@@ -29,24 +31,30 @@ NAME = "random"
 class FixedDetector:
     """RF-DETR-Seg-XL with random weights runs; the synthetic detections are returned."""
 
-    def __init__(self, *, device: str = "cpu", **_: Any) -> None:
+    def __init__(self, *, device: str = "cpu", config: RuleConfig = CURRENT, **_: Any) -> None:
         import torch
 
         torch.manual_seed(0)
         self.real = bench_pipeline.build_detector("cpu" if device == "auto" else device)
-        self.info = self.real.info
+        point = OperatingPoint(prediction_floor=config.detection.prediction_floor, suppression="none")
+        self.info = applied(self.real.info, config, point)  # the synthetic detections it returns apply the floor
+        self.config = config
 
     def detect(self, images: Sequence[Any]) -> list[Any]:
         self.real.detect(images)
-        return SyntheticDetector().detect(images)
+        return SyntheticDetector(config=self.config).detect(images)
 
 
 def _seeded(build: Any) -> Any:
-    def factory(*, device: str = "cpu", **_: Any) -> Any:
+    def factory(*, device: str = "cpu", config: RuleConfig = CURRENT, **_: Any) -> Any:
         import torch
 
         torch.manual_seed(0)
-        return build("cpu" if device == "auto" else device)
+        built = build("cpu" if device == "auto" else device)
+        built.info = applied(built.info, config)  # the rule constants it applies (the paper's, as built)
+        if hasattr(built, "config"):
+            built.config = config
+        return built
 
     return factory
 

@@ -68,4 +68,4 @@ def create(*, config: RuleConfig = CURRENT, device: str = "cpu", weights_dir: An
     return ColourDetector(config=config)
 
 
-register("detector", NAME, create)
+register("detector", NAME, create, model="colour-palette-example")

@@ -50,13 +50,18 @@ class Stages:
     @classmethod
     def create(cls, backends: Mapping[str, str] | None = None, **options: Any) -> Stages:
         """Build every stage from the registry: ``backends`` maps stage -> backend name (missing stages use
-        ``DEFAULT_BACKENDS``); ``options`` (``device``, ``weights_dir``, ``config``) go to every factory."""
+        ``DEFAULT_BACKENDS``); ``options`` (``device``, ``weights_dir``, ``config``; nothing else) go to every
+        factory."""
         names = {**DEFAULT_BACKENDS, **dict(backends or {})}
         unknown = sorted(set(names) - set(STAGES))
         if unknown:
             raise ValueError(f"unknown stages {unknown}; stages: {', '.join(STAGES)}")
-        built = {stage: create(stage, names[stage], **options) for stage in STAGES}
-        return cls(built["detector"], built["segmenter"], built["attributes"], built["depth"])
+        return cls(
+            create("detector", names["detector"], **options),
+            create("segmenter", names["segmenter"], **options),
+            create("attributes", names["attributes"], **options),
+            create("depth", names["depth"], **options),
+        )
 
     def models(self) -> dict[str, dict[str, Any]]:
         """Stage -> ``ModelInfo`` as JSON, for the stages present (recorded in every results line)."""

@@ -17,18 +17,16 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, available
-    from negt2i.weights import WEIGHTS
+    from negt2i.stages.registry import DEFAULT_BACKENDS, backends
 
     try:
-        rows = [(stage, name) for stage in STAGES for name in available(stage)]
+        rows = backends()
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"{'stage':<11} {'backend':<28} weights")
-    for stage, name in rows:
-        mark = "*" if DEFAULT_BACKENDS[stage] == name else " "
-        entry = WEIGHTS.get(name)
-        print(f"{stage:<11} {name + ' ' + mark:<28} {entry.model if entry else '-'}")
-    print("* the paper's default")
+    print(f"{'stage':<11} {'backend':<26} {'model':<44} weights")
+    for b in rows:
+        name = b.name + (" *" if DEFAULT_BACKENDS[b.stage] == b.name else "")
+        print(f"{b.stage:<11} {name:<26} {b.model or '-':<44} {b.weights or '-'}")
+    print("* the paper's default; weights: the `negt2i weights fetch` entry (- none needed)")
     return 0

@@ -88,4 +88,4 @@ class DepthAnythingEstimator:
         return [d for d in out if d is not None]
 
 
-register("depth", BACKEND, DepthAnythingEstimator.from_weights)
+register("depth", BACKEND, DepthAnythingEstimator.from_weights, model=MODEL, weights=BACKEND)

@@ -206,4 +206,4 @@ class MaskRCNNDetector:
         return out
 
 
-register("detector", BACKEND, MaskRCNNDetector.from_weights)
+register("detector", BACKEND, MaskRCNNDetector.from_weights, model=MODEL, weights=BACKEND)

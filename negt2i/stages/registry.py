@@ -1,9 +1,15 @@
-"""A registry of stage backends by name (``rfdetr-seg-xl``, ``sam2.1-hiera-small``, ...).
+"""The one table of stage backends by name (``rfdetr-seg-xl``, ``sam2.1-hiera-small``, ...).
 
-Backends register a factory for a stage; ``create(stage, name, **options)`` builds
-one. Built-in backends register themselves when their module is imported; the
-modules listed in ``BUILTIN_MODULES`` are imported lazily on first use, so
-importing the registry never imports torch.
+Each ``Backend`` row holds the stage, the name, the factory, the model id and the weights
+entry (``negt2i.weights.WEIGHTS``, None when the backend needs no weights). Backends
+register themselves when their module is imported; the modules in ``BUILTIN_MODULES``
+are imported lazily on first use (so importing the registry never imports torch), then
+the plug-in modules named in ``NEGT2I_BACKEND_MODULES``. ``negt2i backends`` lists the table.
+
+``create(stage, name, device=, weights_dir=, config=)`` builds one: the options are
+explicit keywords (a misspelled one is a ``TypeError``), every factory is called with
+exactly these three, and the result is checked against the stage's protocol
+(``negt2i.stages.base``), which is also its static type.
 """
 
 from __future__ import annotations
@@ -11,7 +17,13 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
+
+if TYPE_CHECKING:
+    from negt2i.config import RuleConfig
+    from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Segmenter
 
 STAGES: Final[tuple[str, ...]] = ("detector", "segmenter", "attributes", "depth")
 
@@ -23,9 +35,9 @@ BUILTIN_MODULES: list[str] = [
     "negt2i.stages.depth_anything_backend",
     "negt2i.stages.maskrcnn_backend",
 ]
-"""Modules that register built-in backends when imported (filled in by the backend packages).
+"""Modules that register built-in backends when imported.
 
-Each must import its heavy libraries (torch, ...) only inside the backend's constructor."""
+Each must import its heavy libraries (torch, ...) only inside the backend's factory."""
 
 DEFAULT_BACKENDS: Final[dict[str, str]] = {
     "detector": "rfdetr-seg-xl",
@@ -33,40 +45,51 @@ DEFAULT_BACKENDS: Final[dict[str, str]] = {
     "attributes": "siglip2-so400m-378",
     "depth": "depth-anything-v2-small",
 }
-"""The paper's models (Table 15), used when no backend is named.
+"""The paper's models (Table 15), used when no backend is named."""
 
-Factories take keyword options; the built-in ones all accept ``device`` (``auto``,
-``cpu``, ``cuda``, ``cuda:N``), ``weights_dir`` and ``config`` (a ``RuleConfig``)
-and ignore options that do not concern them."""
+BACKEND_MODULES_ENV: Final = "NEGT2I_BACKEND_MODULES"
+"""Comma-separated modules imported before a backend is built, to register more backends
+(``docs/stage-contract.md``, "Plug-in backends"); read by the stage services, ``negt2i evaluate``
+and ``negt2i backends``."""
 
-_FACTORIES: dict[str, dict[str, Callable[..., Any]]] = {stage: {} for stage in STAGES}
+
+@dataclass(frozen=True)
+class Backend:
+    """One row of the backend table."""
+
+    stage: str
+    name: str
+    factory: Callable[..., Any]
+    """Called as ``factory(device=..., weights_dir=..., config=...)``."""
+    model: str = ""
+    """The model id, e.g. ``RFDETRSegXLarge``."""
+    weights: str | None = None
+    """The ``negt2i.weights.WEIGHTS`` entry it loads (None: no weights to fetch)."""
+
+
+_TABLE: dict[str, dict[str, Backend]] = {stage: {} for stage in STAGES}
 _state = {"loaded": False}
 
 
 def _check_stage(stage: str) -> None:
-    if stage not in _FACTORIES:
+    if stage not in _TABLE:
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
 
 
-def register(stage: str, name: str, factory: Callable[..., Any], *, replace: bool = False) -> None:
-    """Register ``factory(**options)`` as backend ``name`` of ``stage``."""
+def register(
+    stage: str,
+    name: str,
+    factory: Callable[..., Any],
+    *,
+    model: str = "",
+    weights: str | None = None,
+    replace: bool = False,
+) -> None:
+    """Add backend ``name`` of ``stage`` to the table."""
     _check_stage(stage)
-    if name in _FACTORIES[stage] and not replace:
+    if name in _TABLE[stage] and not replace:
         raise ValueError(f"{stage} backend {name!r} is already registered")
-    _FACTORIES[stage][name] = factory
-
-
-def _load_builtins() -> None:
-    if not _state["loaded"]:
-        _state["loaded"] = True
-        for module in BUILTIN_MODULES:
-            importlib.import_module(module)
-        import_backend_modules()
-
-
-BACKEND_MODULES_ENV: Final = "NEGT2I_BACKEND_MODULES"
-"""Comma-separated modules imported before a backend is built, to register more backends
-(``docs/stage-contract.md``, "Plug-in backends"); read by the stage services and ``negt2i evaluate``."""
+    _TABLE[stage][name] = Backend(stage, name, factory, model, weights)
 
 
 def import_backend_modules(env: Mapping[str, str] | None = None) -> list[str]:
@@ -81,20 +104,100 @@ def import_backend_modules(env: Mapping[str, str] | None = None) -> list[str]:
     return names
 
 
+def _load_builtins() -> None:
+    if not _state["loaded"]:
+        _state["loaded"] = True
+        for module in BUILTIN_MODULES:
+            importlib.import_module(module)
+        import_backend_modules()
+
+
 def available(stage: str) -> list[str]:
     """Names of the registered backends of ``stage``, sorted."""
     _check_stage(stage)
     _load_builtins()
-    return sorted(_FACTORIES[stage])
+    return sorted(_TABLE[stage])
 
 
-def create(stage: str, name: str, **options: Any) -> Any:
-    """Build backend ``name`` of ``stage``; the error lists the known names."""
+def backends() -> list[Backend]:
+    """Every row of the table, by stage (in ``STAGES`` order) then name."""
+    _load_builtins()
+    return [_TABLE[stage][name] for stage in STAGES for name in sorted(_TABLE[stage])]
+
+
+def backend(stage: str, name: str) -> Backend:
+    """The table row of backend ``name`` of ``stage``; the error lists the known names."""
     _check_stage(stage)
     _load_builtins()
     try:
-        factory = _FACTORIES[stage][name]
+        return _TABLE[stage][name]
     except KeyError:
-        known = ", ".join(sorted(_FACTORIES[stage])) or "none"
+        known = ", ".join(sorted(_TABLE[stage])) or "none"
         raise ValueError(f"unknown {stage} backend {name!r}; registered: {known}") from None
-    return factory(**options)
+
+
+@overload
+def create(
+    stage: Literal["detector"],
+    name: str,
+    *,
+    device: str = ...,
+    weights_dir: str | Path | None = ...,
+    config: RuleConfig | None = ...,
+) -> Detector: ...
+@overload
+def create(
+    stage: Literal["segmenter"],
+    name: str,
+    *,
+    device: str = ...,
+    weights_dir: str | Path | None = ...,
+    config: RuleConfig | None = ...,
+) -> Segmenter: ...
+@overload
+def create(
+    stage: Literal["attributes"],
+    name: str,
+    *,
+    device: str = ...,
+    weights_dir: str | Path | None = ...,
+    config: RuleConfig | None = ...,
+) -> AttributeScorer: ...
+@overload
+def create(
+    stage: Literal["depth"],
+    name: str,
+    *,
+    device: str = ...,
+    weights_dir: str | Path | None = ...,
+    config: RuleConfig | None = ...,
+) -> DepthEstimator: ...
+@overload
+def create(
+    stage: str,
+    name: str,
+    *,
+    device: str = ...,
+    weights_dir: str | Path | None = ...,
+    config: RuleConfig | None = ...,
+) -> Detector | Segmenter | AttributeScorer | DepthEstimator: ...
+def create(
+    stage: str,
+    name: str,
+    *,
+    device: str = "auto",
+    weights_dir: str | Path | None = None,
+    config: RuleConfig | None = None,
+) -> Detector | Segmenter | AttributeScorer | DepthEstimator:  # fmt: skip
+    """Build backend ``name`` of ``stage`` (see the module docstring)."""
+    from negt2i.config import CURRENT
+    from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Segmenter
+
+    row = backend(stage, name)
+    built = row.factory(device=device, weights_dir=weights_dir, config=config or CURRENT)
+    protocol: type[Any] = {"detector": Detector, "segmenter": Segmenter, "attributes": AttributeScorer,
+                           "depth": DepthEstimator}[stage]  # fmt: skip
+    if not isinstance(built, protocol):
+        raise TypeError(f"{stage} backend {name!r} built a {type(built).__name__}, which is not a {protocol.__name__}")
+    out: Detector | Segmenter | AttributeScorer | DepthEstimator = built
+    return out

@@ -131,4 +131,4 @@ class RFDETRDetector:
         ]
 
 
-register("detector", BACKEND, RFDETRDetector.from_weights)
+register("detector", BACKEND, RFDETRDetector.from_weights, model=MODEL, weights=BACKEND)

@@ -105,4 +105,4 @@ class SAM2Segmenter:
                 self.predictor.reset_predictor()
 
 
-register("segmenter", BACKEND, SAM2Segmenter.from_weights)
+register("segmenter", BACKEND, SAM2Segmenter.from_weights, model=MODEL, weights=BACKEND)

@@ -137,4 +137,4 @@ class SigLIPScorer:
         return out
 
 
-register("attributes", BACKEND, SigLIPScorer.from_weights)
+register("attributes", BACKEND, SigLIPScorer.from_weights, model=MODEL, weights=BACKEND)

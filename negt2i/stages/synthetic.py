@@ -338,7 +338,7 @@ class SyntheticDepthEstimator:
         return out
 
 
-register("detector", BACKEND, SyntheticDetector)
-register("segmenter", BACKEND, SyntheticSegmenter)
-register("attributes", BACKEND, SyntheticAttributeScorer)
-register("depth", BACKEND, SyntheticDepthEstimator)
+register("detector", BACKEND, SyntheticDetector, model=MODEL)
+register("segmenter", BACKEND, SyntheticSegmenter, model=MODEL)
+register("attributes", BACKEND, SyntheticAttributeScorer, model=MODEL)
+register("depth", BACKEND, SyntheticDepthEstimator, model=MODEL)

@@ -2,7 +2,7 @@
 
 With ``diffusers`` installed, ``--diffusers MODEL_DIR`` uses a (local) text-to-image pipeline; otherwise, or
 by default, a deterministic image source stands in for the generator (the synthetic renderer of
-``orchestrator.demo_data``), so the loop runs anywhere. Scoring overlaps generation: each image is sent as
+``negt2i.stages.demo_data``), so the loop runs anywhere. Scoring overlaps generation: each image is sent as
 soon as it exists (``AsyncEvaluatorClient``) and at most ``--in-flight`` requests are outstanding.
 
 ``python -m orchestrator.examples.generation_loop --orchestrator 127.0.0.1:50051 --images 8``
@@ -21,8 +21,8 @@ import numpy as np
 
 from negt2i.client import AsyncEvaluatorClient, ClientError, EvaluateResult
 from negt2i.spec import Prompt, parse_prompt
+from negt2i.stages.demo_data import prompt_records, scene_for
 from negt2i.wire.adapter import encode_png
-from orchestrator.demo_data import prompt_records, scene_for
 
 
 def synthetic_generator(seed: int = 0) -> Callable[[Prompt, dict[str, Any]], bytes]:

@@ -14,9 +14,9 @@ from negt2i.client import ClientError, SubmitOutcome, _record_of, _rules_from_in
 from negt2i.config import CURRENT, PREVIOUS
 from negt2i.evaluate import Job, Summary
 from negt2i.spec import parse_prompt
+from negt2i.stages.demo_data import prompt_records
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
-from orchestrator.demo_data import prompt_records
 
 PROMPT = parse_prompt(prompt_records(1)[0])
 

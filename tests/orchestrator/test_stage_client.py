@@ -96,12 +96,17 @@ def test_deadline_cuts_the_call_and_maps_to_deadline_exceeded():
 
 
 def test_full_queue_is_resource_exhausted():
-    async def slow(request: httpx.Request) -> httpx.Response:
-        await asyncio.sleep(0.3)
-        return httpx.Response(200, json=[RESULT])
+    """Event-driven: one call holds the only slot, one waits in the queue, the next two are refused at once."""
 
     async def run() -> list[str]:
-        stages = _stages(slow, concurrency=1, queue=1)
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        async def held(request: httpx.Request) -> httpx.Response:
+            entered.set()
+            await release.wait()
+            return httpx.Response(200, json=[RESULT])
+
+        stages = _stages(held, concurrency=1, queue=1)
 
         async def one() -> str:
             try:
@@ -111,11 +116,18 @@ def test_full_queue_is_resource_exhausted():
                 return exc.code
 
         try:
-            return list(await asyncio.gather(*(one() for _ in range(4))))
+            first = asyncio.ensure_future(one())
+            await entered.wait()  # the first call is inside the stage, holding the slot
+            second = asyncio.ensure_future(one())
+            while stages.limiters["detector"].waiting < 1:  # the second call is queued
+                await asyncio.sleep(0)
+            refused = [await one(), await one()]  # the queue is full: refused without waiting
+            release.set()
+            return [await first, await second, *refused]
         finally:
             await stages.close()
 
-    assert sorted(asyncio.run(run())) == ["OK", "OK", "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"]
+    assert asyncio.run(run()) == ["OK", "OK", "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"]
 
 
 def test_depth_encoding_is_requested_and_unpacked():

@@ -7,11 +7,11 @@ import pytest
 
 from negt2i.pipeline import Pipeline, Stages
 from negt2i.spec import parse_prompt
+from negt2i.stages.demo_data import demo_entries, prompt_records
 from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.stage_handlers import StageHandler, StageSettings
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
-from orchestrator.demo_data import demo_entries, prompt_records
 
 SYNTH = dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")
 

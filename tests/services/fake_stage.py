@@ -22,6 +22,7 @@ def main() -> None:
     p.add_argument("mode", choices=("broken", "slow"))
     p.add_argument("port", type=int)
     p.add_argument("--delay", type=float, default=2.0)
+    p.add_argument("--signal", default="", help="a file created when the first POST arrives (tests wait on it)")
     a = p.parse_args()
 
     class Handler(BaseHTTPRequestHandler):
@@ -75,6 +76,9 @@ def main() -> None:
             if a.mode == "broken":
                 self._send(200, {"detections": []})
                 return
+            if a.signal:
+                with open(a.signal, "a"):
+                    pass
             time.sleep(a.delay)
             self._send(200, [{"height": h, "width": w} for h, w in sizes])
 

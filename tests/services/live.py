@@ -140,6 +140,14 @@ def wait_ready(proc: Proc, timeout: float = 120.0) -> None:
     raise RuntimeError(f"{proc.name} not ready after {timeout:.0f} s:\n{proc.tail()}")
 
 
+def wait_log(proc: Proc, needle: str, timeout: float = 30.0) -> None:
+    """Until ``needle`` appears in the process's log (an event the process reports), or fail with the tail."""
+    end = time.monotonic() + timeout
+    while needle not in proc.log.read_text(errors="replace"):
+        assert proc.alive() and time.monotonic() < end, f"{needle!r} never logged:\n{proc.tail()}"
+        time.sleep(0.05)
+
+
 def wait_health(target: str, want: str = "SERVING", timeout: float = 60.0) -> str:
     """Poll the orchestrator's health service until it reports ``want``; returns the last status."""
     from negt2i.client import EvaluatorClient

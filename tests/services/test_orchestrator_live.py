@@ -17,11 +17,20 @@ from negt2i.cli import main
 from negt2i.client import AsyncEvaluatorClient, ClientError, EvaluatorClient, make_request
 from negt2i.evaluate import load_image
 from negt2i.spec import parse_prompt
+from negt2i.stages.demo_data import prompt_records, write_demo
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
-from orchestrator.demo_data import prompt_records, write_demo
-from tests.services.live import REPO, Proc, free_port, start_orchestrator, start_stage, wait_health, wait_ready
+from tests.services.live import (
+    REPO,
+    Proc,
+    free_port,
+    start_orchestrator,
+    start_stage,
+    wait_health,
+    wait_log,
+    wait_ready,
+)
 
 pytestmark = pytest.mark.xdist_group("services")
 
@@ -207,7 +216,7 @@ def test_stream_answers_every_item_with_a_verdict_or_an_error(orchestrator: Proc
     records = prompt_records(12, seed=3)
     import numpy as np
 
-    from orchestrator.demo_data import scene_for
+    from negt2i.stages.demo_data import scene_for
 
     rng = np.random.default_rng(0)
     reqs = [make_request(adapter.encode_png(scene_for(r, rng)), prompt=parse_prompt(r), request_id=f"ok{i}")
@@ -232,7 +241,7 @@ def test_unavailable_stage_and_health(stage_urls: dict[str, str], live_tmp: Path
                               env={"NEGT2I_RETRIES": "1", "NEGT2I_BACKOFF_S": "0.05"})  # fmt: skip
     try:
         assert wait_health(proc.target, "NOT_SERVING", timeout=30) == "NOT_SERVING"
-        time.sleep(1.0)
+        wait_log(proc, "NOT_SERVING (waiting for depth)")  # event: a health poll found depth down
         with EvaluatorClient(proc.target) as client:
             assert client.health() == "NOT_SERVING"  # the depth stage never answered /readyz
             with pytest.raises(ClientError) as err:
@@ -246,20 +255,22 @@ def test_unavailable_stage_and_health(stage_urls: dict[str, str], live_tmp: Path
 
 
 @pytest.fixture
-def slow_detector(live_tmp: Path):
+def slow_detector(live_tmp: Path, tmp_path: Path):
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tests.services.fake_stage", "slow", str(port), "--delay", "3"],
-                            cwd=REPO, start_new_session=True)  # fmt: skip
+    signal = tmp_path / "detector-called"
+    proc = subprocess.Popen([sys.executable, "-m", "tests.services.fake_stage", "slow", str(port), "--delay", "3",
+                             "--signal", str(signal)], cwd=REPO, start_new_session=True)  # fmt: skip
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", signal
     finally:
         proc.kill()
         proc.wait(timeout=10)
 
 
-def test_deadline_and_full_queue(stage_urls: dict[str, str], slow_detector: str, live_tmp: Path):
+def test_deadline_and_full_queue(stage_urls: dict[str, str], slow_detector: tuple[str, Path], live_tmp: Path):
+    url, called = slow_detector
     env = {"NEGT2I_ITEM_TIMEOUT_S": "2", "NEGT2I_STAGE_CONCURRENCY": "1", "NEGT2I_STAGE_QUEUE": "0"}
-    proc = start_orchestrator({**stage_urls, "detector": slow_detector}, live_tmp, env=env)
+    proc = start_orchestrator({**stage_urls, "detector": url}, live_tmp, env=env)
     try:
         assert wait_health(proc.target, "SERVING", timeout=30) == "SERVING"
 
@@ -274,7 +285,8 @@ def test_deadline_and_full_queue(stage_urls: dict[str, str], slow_detector: str,
                     return "OK"
 
                 first = asyncio.ensure_future(one())
-                await asyncio.sleep(0.5)  # the first call holds the detector's only slot (the stage takes 3 s)
+                while not called.exists():  # event: the first call reached the detector and holds its only slot
+                    await asyncio.sleep(0.01)
                 rest = await asyncio.gather(one(), one())
                 return [await first, *rest]
 

@@ -62,3 +62,25 @@ def test_the_example_backend_follows_the_contract() -> None:
     assert not ColourDetector(config=CURRENT.model_copy(update={"detection": CURRENT.detection.model_copy(
         update={"prediction_floor": 0.9})})).detect([image])[0].class_names  # fmt: skip
     assert np.asarray(found.masks).dtype == bool
+
+
+def test_the_registry_is_one_typed_table() -> None:
+    import pytest
+
+    from negt2i.stages import registry
+    from negt2i.stages.base import Detector
+    from negt2i.weights import WEIGHTS
+
+    rows = registry.backends()
+    assert {(b.stage, b.name) for b in rows} >= {("detector", "rfdetr-seg-xl"), ("depth", "synthetic")}
+    for b in rows:  # the weights entry of a row is the weights table's entry of that model
+        if b.weights is not None:
+            assert WEIGHTS[b.weights].stage == b.stage and WEIGHTS[b.weights].model == b.model
+    assert isinstance(registry.create("detector", "synthetic", device="cpu"), Detector)
+    with pytest.raises(TypeError, match="devcie"):
+        registry.create("detector", "synthetic", devcie="cpu")  # type: ignore[call-overload]
+    registry.register("detector", "test-not-a-detector", lambda **_: object(), replace=True)
+    with pytest.raises(TypeError, match="not a Detector"):
+        registry.create("detector", "test-not-a-detector")
+    with pytest.raises(ValueError, match=r"registered: .*synthetic"):
+        registry.create("segmenter", "nope")

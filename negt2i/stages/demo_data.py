@@ -6,7 +6,7 @@ and the generation-loop example. Scenes are drawn with the synthetic renderer
 gives byte-identical PNGs; verdicts vary (correct, wrong, missing objects,
 over-counts), which is what parity tests need.
 
-``python -m orchestrator.demo_data OUT_DIR [--prompts 12] [--samples 4] [--seed 0] [--size 128]``
+``python -m negt2i.stages.demo_data OUT_DIR [--prompts 12] [--samples 4] [--seed 0] [--size 128]``
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def write_demo(root: str | Path, prompts: int = 12, samples: int = 4, seed: int 
 def main(argv: list[str] | None = None) -> int:
     """Command line."""
     p = argparse.ArgumentParser(
-        prog="python -m orchestrator.demo_data", description=__doc__.splitlines()[0] if __doc__ else None
+        prog="python -m negt2i.stages.demo_data", description=__doc__.splitlines()[0] if __doc__ else None
     )
     p.add_argument("out")
     p.add_argument("--prompts", type=int, default=12)
