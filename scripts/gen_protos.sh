@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-"$PY" -m negt2i.wire.codegen
-"$PY" -m negt2i.wire.lint
+"$PY" scripts/protos/codegen.py
+"$PY" scripts/protos/lint.py

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from negt2i.wire import codegen
-from negt2i.wire.lint import lint
+from tests.protos.tooling import codegen, lint
 
 BAD_PROTO = """
 syntax = "proto3";

@@ -1,6 +1,6 @@
 """A proto lint over compiled descriptors (the checks of ``buf lint`` this project relies on).
 
-``python -m negt2i.wire.lint [PROTO_ROOT]`` compiles every ``.proto`` under the root
+``python scripts/protos/lint.py [PROTO_ROOT]`` compiles every ``.proto`` under the root
 with source info and reports:
 
 - a package that is not versioned (``name.v1``) or does not match the file's folder;

@@ -1,6 +1,6 @@
 """Generate the Python stubs of ``protos/negt2i/v1`` into ``negt2i/wire/v1`` (reproducibly).
 
-``python -m negt2i.wire.codegen`` (or ``scripts/gen_protos.sh``) runs grpcio-tools'
+``python scripts/protos/codegen.py`` (or ``scripts/gen_protos.sh``) runs grpcio-tools'
 bundled ``protoc`` with the python, mypy (``mypy-protobuf``) and grpc plugins,
 then rewrites the generated imports from the proto package path
 (``negt2i.v1``) to where the stubs live (``negt2i.wire.v1``). The serialized
@@ -25,7 +25,7 @@ STUB_PACKAGE = "negt2i.wire.v1"
 _MODULE_RE = re.compile(r"\bnegt2i\.v1\.(\w+_pb2(?:_grpc)?)\b")
 _FROM_RE = re.compile(r"^from negt2i\.v1 import ", re.MULTILINE)
 _STUB_RE = re.compile(r"^class \w+Stub\b", re.MULTILINE)
-_INIT = '"""Generated protobuf / gRPC stubs of ``protos/negt2i/v1`` (do not edit; see ``negt2i.wire.codegen``)."""\n'
+_INIT = '"""Generated protobuf / gRPC stubs of ``protos/negt2i/v1`` (made by ``scripts/protos/codegen.py``)."""\n'
 
 
 def proto_files() -> list[Path]:
