@@ -125,6 +125,8 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, field: st
             rgb = img.convert("RGB")
     except WireError:
         raise
+    except PILImage.DecompressionBombError:
+        raise WireError(f"image header declares more than {max_pixels} pixels", field=field) from None
     except UnidentifiedImageError:
         raise WireError("not a decodable image (unknown format; accepted: PNG, JPEG, WebP)", field=field) from None
     except (OSError, ValueError, SyntaxError) as exc:

@@ -235,12 +235,12 @@ class StageHandler:
 
     def _attributes_prepare(self, msg: stages_pb2.AttributesItem) -> tuple[Image, Any, list[str], list[str]]:
         limits = self.settings.limits
-        limits.check_texts(list(msg.answers), "answers", most=limits.max_answers)
-        limits.check_texts(list(msg.class_names), "class_names", most=limits.max_masks_per_item)
         if len(msg.masks) > limits.max_masks_per_item:
             raise adapter.WireError(
                 f"{len(msg.masks)} masks, above the limit of {limits.max_masks_per_item} per item", field="masks"
             )
+        limits.check_texts(list(msg.answers), "answers", most=limits.max_answers)
+        limits.check_texts(list(msg.class_names), "class_names", most=limits.max_masks_per_item)
         image = self._image(msg.image)
         hw = (image.shape[0], image.shape[1])
         limits.check_masks(list(msg.masks), hw, "masks")
