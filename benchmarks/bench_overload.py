@@ -214,36 +214,47 @@ def main(argv: list[str] | None = None) -> int:
         demo = tmp / "demo"
         write_demo(demo, prompts=a.prompts, samples=a.samples, seed=7)
         n = a.prompts * a.samples
-        orch = start_orchestrator(urls, tmp)
-        try:
-            assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
-            r = run_submits(orch.target, demo, tmp, a.clients, orch.popen.pid)
-        finally:
-            orch.kill()
-        print(f"{a.clients} concurrent negt2i submit runs of {n} images each, {r.seconds:.1f} s "
-              f"({a.clients * n / r.seconds:.1f} images/s)")  # fmt: skip
-        print(f"  exit codes: {sorted(r.exits)}")
-        print(f"  items ok {r.ok} (of {a.clients * n}), error lines {r.errors}, retried {r.retried}, failed {r.failed}")
-        print(f"  orchestrator peak RSS {r.peak_rss / 2**20:.0f} MiB")
-        if any(r.exits) or r.ok + r.errors != a.clients * n:
-            rc = 1
-            for err in r.stderr:
-                if err.strip():
-                    print(io.StringIO(err).read()[-2000:], file=sys.stderr)
+        if a.clients > 0:
+            rc |= _overload(a, tmp, urls, demo, n)
         if a.large_streams > 0:
-            big = run_large(urls, tmp, a.large_streams, a.large_images, a.large_size, a.memory_limit)
-            print(f"{a.large_streams} streams x {a.large_images} images of {a.large_size} px "
-                  f"({big['encoded'] / 2**20:.1f} MiB encoded each), in-flight budget {big['budget'] / 2**20:.0f} MiB "
-                  f"(memory limit {a.memory_limit / 2**20:.0f} MiB), {big['seconds']:.1f} s")  # fmt: skip
-            print(f"  answers: {big['counts']}")
-            print(f"  orchestrator peak RSS {big['peak_rss'] / 2**20:.0f} MiB "
-                  f"({'under' if big['peak_rss'] < a.memory_limit else 'OVER'} the limit)")  # fmt: skip
-            if big["peak_rss"] >= a.memory_limit:
-                rc = 1
+            rc |= _large(a, tmp, urls)
     finally:
         for proc in stages.values():
             proc.kill()
     return rc
+
+
+def _overload(a: argparse.Namespace, tmp: Path, urls: dict[str, str], demo: Path, n: int) -> int:
+    """Part 1: ``a.clients`` concurrent submits of the demo folder; 1 unless all exit 0 with every image judged."""
+    orch = start_orchestrator(urls, tmp)
+    try:
+        assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
+        r = run_submits(orch.target, demo, tmp, a.clients, orch.popen.pid)
+    finally:
+        orch.kill()
+    print(f"{a.clients} concurrent negt2i submit runs of {n} images each, {r.seconds:.1f} s "
+          f"({a.clients * n / r.seconds:.1f} images/s)")  # fmt: skip
+    print(f"  exit codes: {sorted(r.exits)}")
+    print(f"  items ok {r.ok} (of {a.clients * n}), error lines {r.errors}, retried {r.retried}, failed {r.failed}")
+    print(f"  orchestrator peak RSS {r.peak_rss / 2**20:.0f} MiB")
+    if any(r.exits) or r.ok + r.errors != a.clients * n:
+        for err in r.stderr:
+            if err.strip():
+                print(io.StringIO(err).read()[-2000:], file=sys.stderr)
+        return 1
+    return 0
+
+
+def _large(a: argparse.Namespace, tmp: Path, urls: dict[str, str]) -> int:
+    """Part 2: large images; 1 when the orchestrator's peak RSS reached the memory limit."""
+    big = run_large(urls, tmp, a.large_streams, a.large_images, a.large_size, a.memory_limit)
+    print(f"{a.large_streams} streams x {a.large_images} images of {a.large_size} px "
+          f"({big['encoded'] / 2**20:.1f} MiB encoded each), in-flight budget {big['budget'] / 2**20:.0f} MiB "
+          f"(memory limit {a.memory_limit / 2**20:.0f} MiB), {big['seconds']:.1f} s")  # fmt: skip
+    print(f"  answers: {big['counts']}")
+    print(f"  orchestrator peak RSS {big['peak_rss'] / 2**20:.0f} MiB "
+          f"({'under' if big['peak_rss'] < a.memory_limit else 'OVER'} the limit)")  # fmt: skip
+    return int(big["peak_rss"] >= a.memory_limit)
 
 
 if __name__ == "__main__":
