@@ -146,5 +146,6 @@ def test_symlinks_out_of_the_image_folder_are_not_followed(tmp_path: Path) -> No
     warnings: list[str] = []
     jobs = geneval_jobs(root, warn=warnings.append)
     assert [j.filename for j in jobs] == ["00000/samples/0000.png", "00000/samples/0002.png"]
-    assert all(j.prompt is None and j.error and "link out" in j.error for j in jobs)
+    assert all(j.prompt is None and j.error and "link out" in j.error.message for j in jobs)
+    assert all(j.error is not None and j.error.kind == "missing_metadata" for j in jobs)
     assert len(warnings) == 2 and all("link" in w for w in warnings)
