@@ -55,7 +55,7 @@ STAGES := detector segmenter attributes depth
 IMAGE_TARGETS := $(addprefix image-,$(STAGES) orchestrator)
 DOCKER_BUILD = DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION)
 
-.PHONY: images $(IMAGE_TARGETS) k8s-render k8s-test constraints
+.PHONY: images $(IMAGE_TARGETS) image-generate k8s-render k8s-test constraints
 
 images: $(IMAGE_TARGETS)
 
@@ -65,10 +65,14 @@ $(addprefix image-,$(STAGES)): image-%:
 image-orchestrator:
 	$(DOCKER_BUILD) -f orchestrator/Dockerfile -t $(REGISTRY)/orchestrator:$(VERSION) .
 
+# The generation runner (k8s/jobs/generate, docs/generate.md); not part of `make images`.
+image-generate:
+	$(DOCKER_BUILD) -f docker/generate.Dockerfile -t $(REGISTRY)/generate:$(VERSION) .
+
 # Render every overlay and Job to build/k8s/ (ignored) for review or `kubectl diff -f`.
 k8s-render: setup
 	@mkdir -p build/k8s
-	@for d in overlays/gpu overlays/cpu-dev overlays/detector-swap jobs/weights-fetch jobs/sweep; do \
+	@for d in overlays/gpu overlays/cpu-dev overlays/detector-swap jobs/weights-fetch jobs/sweep jobs/generate; do \
 		$(BIN)/kubectl kustomize k8s/$$d > build/k8s/$$(echo $$d | tr / -).yaml && echo "build/k8s/$$(echo $$d | tr / -).yaml"; \
 	done
 

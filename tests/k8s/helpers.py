@@ -25,7 +25,7 @@ K8S = REPO / "k8s"
 
 OVERLAYS = ("gpu", "cpu-dev", "detector-swap")
 """Every overlay under k8s/overlays (test_render checks the list is complete)."""
-JOBS = ("weights-fetch", "sweep")
+JOBS = ("weights-fetch", "sweep", "generate")
 """Every one-off Job kustomization under k8s/jobs."""
 KUSTOMIZATIONS = tuple(f"overlays/{o}" for o in OVERLAYS) + tuple(f"jobs/{j}" for j in JOBS)
 

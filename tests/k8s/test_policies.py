@@ -190,7 +190,8 @@ def test_images_are_pinned_release_tags(name: str) -> None:
     for _, template in pod_specs(rendered(name)):
         for c in containers(template):
             image = c["image"]
-            match = re.fullmatch(r"(?:\S+/)?(detector|segmenter|attributes|depth|orchestrator):([\w.-]+)", image)
+            names = "detector|segmenter|attributes|depth|orchestrator|generate"
+            match = re.fullmatch(rf"(?:\S+/)?({names}):([\w.-]+)", image)
             assert match, f"unexpected image {image!r}"
             assert match.group(2) != "latest"
             # One release: the tag is the package version the images are built from (Makefile).
@@ -213,7 +214,7 @@ def test_config_references_resolve(overlay: str) -> None:
                 assert volume["persistentVolumeClaim"]["claimName"] in claims
 
 
-@pytest.mark.parametrize("job", ["jobs/weights-fetch", "jobs/sweep"])
+@pytest.mark.parametrize("job", ["jobs/weights-fetch", "jobs/sweep", "jobs/generate"])
 def test_jobs_use_the_platform_volumes(job: str) -> None:
     claims = by_kind(rendered("overlays/gpu"), "PersistentVolumeClaim")
     for _, template in pod_specs(rendered(job)):
