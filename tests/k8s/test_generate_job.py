@@ -19,6 +19,7 @@ from tests.k8s.helpers import (
     by_kind,
     connection_allowed,
     hadolint,
+    release,
     rendered,
     tool,
 )
@@ -45,9 +46,9 @@ def test_one_indexed_shard_per_gpu_with_counts_that_agree() -> None:
     (container,) = job["spec"]["template"]["spec"]["containers"]
     resources = container["resources"]
     assert str(resources["requests"]["nvidia.com/gpu"]) == str(resources["limits"]["nvidia.com/gpu"]) == "1"
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in job["spec"]["template"][
-        "spec"
-    ]["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in job["spec"]["template"]["spec"][
+        "tolerations"
+    ]
     script = container["command"][-1]
     assert "negt2i generate" in script and '--shard "$JOB_COMPLETION_INDEX/$GENERATE_SHARDS"' in script
     assert '--orchestrator "$NEGT2I_ORCHESTRATOR"' in script and "--device cuda" in script
@@ -112,9 +113,10 @@ def test_the_image_is_linted_built_by_make_and_runs_as_the_jobs_user() -> None:
     )  # fmt: skip
     assert make.returncode == 0, make.stderr
     command = make.stdout.strip().splitlines()[-1]
-    assert f"-f {DOCKERFILE.relative_to(REPO)}" in command and f"-t negt2i/generate:{VERSION}" in command
+    registry, tag = release()  # the one place for every image's registry and tag
+    assert f"-f {DOCKERFILE.relative_to(REPO)}" in command and f"-t {registry}/generate:{tag}" in command
     (container,) = job["spec"]["template"]["spec"]["containers"]
-    assert container["image"] == f"negt2i/generate:{VERSION}"
+    assert container["image"] == f"{registry}/generate:{tag}" and tag == VERSION
 
 
 def test_the_image_installs_everything_negt2i_generate_imports() -> None:
