@@ -256,6 +256,10 @@ class Scoring(Protocol):
 
     def submit(self, job: Job, data: bytes) -> None: ...
 
+    def status(self) -> str:
+        """A short note for the progress bar (e.g. ``scored 12, in flight 3``)."""
+        ...
+
 
 @dataclass
 class GenerateSummary:
@@ -405,6 +409,8 @@ def generate(
                 if scorer is not None:
                     scorer.submit(_job(root, sample), png)
             bar.update(len(batch))
+            if scorer is not None:
+                bar.set_postfix_str(scorer.status(), refresh=False)
         summary.seconds = time.monotonic() - start
         bar.close()
         return summary

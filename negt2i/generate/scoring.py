@@ -151,6 +151,13 @@ class Scorer:
         self.outcome.summary.total += 1
         self._queue.put(make_request(data, prompt=job.prompt, request_id=job.filename))
 
+    def status(self) -> str:
+        """``scored N, in flight M`` for the progress bar."""
+        scored = self.outcome.summary.evaluated if self.outcome is not None else 0
+        with self._lock:
+            pending = len(self._pending)
+        return f"scored {scored}, in flight {pending}"
+
     def close(self) -> SubmitOutcome:
         """Wait for the answers still in flight, then close the stream, the results file and the channel."""
         self._queue.put(None)

@@ -95,5 +95,6 @@ def test_at_most_in_flight_images_are_unanswered(orchestrator: Proc, tiny: Path,
         outcome = scorer.close()
         assert outcome.summary.evaluated == 6 and not outcome.retry and outcome.stream_error is None
         assert 1 <= scorer.max_in_flight <= bound
+        assert scorer.status() == "scored 6, in flight 0"
     # The bound was the limit, not the pace: with room for 3, more than one was in flight at once.
     assert scorer.max_in_flight > 1
