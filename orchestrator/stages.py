@@ -227,7 +227,8 @@ class RemoteStages:
         if stage in self.problems:
             raise StageError(stage, f"refused: {self.problems[stage]}", rule="stage-info", code="UNAVAILABLE")
         url = f"{self.urls[stage]}/{STAGE_TABLE[stage].route}"
-        body = json.dumps({"items": [item]}, separators=(",", ":")).encode()
+        # encoding (base64 images, RLE strings) and decoding bodies run on worker threads: never on the loop
+        body = await asyncio.to_thread(lambda: json.dumps({"items": [item]}, separators=(",", ":")).encode())
         async with self.limiters[stage]:
             attempt = 0
             while True:
@@ -253,7 +254,7 @@ class RemoteStages:
                 else:
                     self.wire.add(stage, len(body), len(r.content))
                     if r.status_code == 200:
-                        return self._one_result(stage, r)
+                        return await asyncio.to_thread(self._one_result, stage, r)
                     if r.status_code not in RETRY_STATUS:
                         raise self._http_error(stage, r)
                     retry_reason = f"HTTP {r.status_code}"
@@ -308,31 +309,41 @@ class RemoteStages:
         self, image: bytes, shape_hw: tuple[int, int], deadline: float
     ) -> tuple[Detections, common_pb2.StageService]:
         """Detections of one image (checked against the contract by ``negt2i.flow.begin``)."""
-        item = adapter.to_json(stages_pb2.DetectItem(image=adapter.image_to_proto(image)))
-        msg = self._parse("detector", await self.call("detector", item, deadline))
-        try:
-            det = adapter.detections_from_proto(msg, field="detector")
-        except adapter.WireError as exc:
-            raise StageError("detector", f"contract violation: {exc}", rule="detect-result") from None
-        return det, await self.served_by("detector", msg.model_digest)
+        item = await asyncio.to_thread(adapter.to_json, stages_pb2.DetectItem(image=adapter.image_to_proto(image)))
+        data = await self.call("detector", item, deadline)
+
+        def decode() -> tuple[Detections, str]:  # RLE masks: on a worker thread
+            msg = self._parse("detector", data)
+            try:
+                return adapter.detections_from_proto(msg, field="detector"), str(msg.model_digest)
+            except adapter.WireError as exc:
+                raise StageError("detector", f"contract violation: {exc}", rule="detect-result") from None
+
+        det, digest = await asyncio.to_thread(decode)
+        return det, await self.served_by("detector", digest)
 
     async def segment(
         self, image: bytes, boxes: NDArray[np.float32], refs: BoolMask, shape_hw: tuple[int, int], deadline: float
     ) -> tuple[BoolMask, common_pb2.StageService]:
         """Refined masks (K, H, W) for K box prompts."""
-        item = adapter.to_json(adapter.segment_item(image, boxes, refs))
-        msg = self._parse("segmenter", await self.call("segmenter", item, deadline))
-        try:
-            masks = adapter.segment_result_masks(msg, boxes.shape[0], shape_hw)
-        except adapter.WireError as exc:
-            raise StageError("segmenter", f"contract violation: {exc}", rule="mask-size") from None
-        return masks, await self.served_by("segmenter", msg.model_digest)
+        item = await asyncio.to_thread(lambda: adapter.to_json(adapter.segment_item(image, boxes, refs)))
+        data = await self.call("segmenter", item, deadline)
+
+        def decode() -> tuple[BoolMask, str]:
+            msg = self._parse("segmenter", data)
+            try:
+                return adapter.segment_result_masks(msg, boxes.shape[0], shape_hw), str(msg.model_digest)
+            except adapter.WireError as exc:
+                raise StageError("segmenter", f"contract violation: {exc}", rule="mask-size") from None
+
+        masks, digest = await asyncio.to_thread(decode)
+        return masks, await self.served_by("segmenter", digest)
 
     async def attributes(
         self, image: bytes, masks: BoolMask, names: list[str], answers: tuple[str, ...], deadline: float
     ) -> tuple[NDArray[np.float32], common_pb2.StageService]:
         """Scores (K, A)."""
-        item = adapter.to_json(adapter.attributes_item(image, masks, names, answers))
+        item = await asyncio.to_thread(lambda: adapter.to_json(adapter.attributes_item(image, masks, names, answers)))
         msg = self._parse("attributes", await self.call("attributes", item, deadline))
         try:
             scores = adapter.attributes_result_scores(msg, masks.shape[0], len(answers))
@@ -344,10 +355,16 @@ class RemoteStages:
         self, image: bytes, shape_hw: tuple[int, int], deadline: float
     ) -> tuple[NDArray[np.float32], common_pb2.StageService]:
         """Disparity (H, W) float32."""
-        item = adapter.to_json(stages_pb2.DepthItem(image=adapter.image_to_proto(image), encoding=self.depth_encoding))
-        msg = self._parse("depth", await self.call("depth", item, deadline))
-        try:
-            values = adapter.depth_result_map(msg, shape_hw)
-        except adapter.WireError as exc:
-            raise StageError("depth", f"contract violation: {exc}", rule="mask-size") from None
-        return values, await self.served_by("depth", msg.model_digest)
+        depth_item = stages_pb2.DepthItem(image=adapter.image_to_proto(image), encoding=self.depth_encoding)
+        item = await asyncio.to_thread(adapter.to_json, depth_item)
+        data = await self.call("depth", item, deadline)
+
+        def decode() -> tuple[NDArray[np.float32], str]:
+            msg = self._parse("depth", data)
+            try:
+                return adapter.depth_result_map(msg, shape_hw), str(msg.model_digest)
+            except adapter.WireError as exc:
+                raise StageError("depth", f"contract violation: {exc}", rule="mask-size") from None
+
+        values, digest = await asyncio.to_thread(decode)
+        return values, await self.served_by("depth", digest)
