@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-limit", type=_size, default=2 * GIB, help="the orchestrator's memory limit (k8s)")
     a = p.parse_args(argv)
 
-    from orchestrator.demo_data import write_demo
+    from negt2i.stages.demo_data import write_demo
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-overload-"))
     stages = start_stages(tmp)

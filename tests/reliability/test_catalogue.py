@@ -24,7 +24,7 @@ from google.protobuf import json_format
 
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
-from negt2i.wire.stage_handlers import ROUTES
+from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import evaluator_pb2
 from tests.reliability.catalogue import CATALOGUE, GRPC, HTTP
 from tests.services.live import Proc
@@ -173,7 +173,7 @@ def _raw_http(port: int, head: bytes, body: bytes = b"", *, wait: float = 10.0) 
 
 
 def _special_body(entry: dict[str, Any], proc: Proc) -> int:
-    path = f"/{ROUTES[entry['stage']]}".encode()
+    path = f"/{STAGE_TABLE[entry['stage']].route}".encode()
     head = b"POST " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     if entry["body"] == "$big_body":
         return _raw_http(proc.port, head + b"Content-Length: 9437184\r\n\r\n")
@@ -195,7 +195,7 @@ def test_stage_http(entry: dict[str, Any], rel_stages: dict[str, Proc]) -> None:
     if isinstance(entry["body"], str):
         assert _special_body(entry, proc) == entry["http"]
         return
-    url = f"{proc.url}/{ROUTES[entry['stage']]}"
+    url = f"{proc.url}/{STAGE_TABLE[entry['stage']].route}"
     body = entry["body"] if entry["body"] is not None else json.dumps({"items": [expand(entry["item"])]}).encode()
     r = httpx.post(url, content=body, headers={"content-type": "application/json"}, timeout=60, trust_env=False)
     assert r.status_code == entry["http"], r.text[:500]

@@ -19,7 +19,6 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from orchestrator.demo_data import write_demo
 
 from benchmarks.bench_overload import run_submits
 from negt2i.cli import main
@@ -27,9 +26,10 @@ from negt2i.client import EvaluatorClient, make_request, submit
 from negt2i.config import load_config
 from negt2i.evaluate import discover
 from negt2i.spec import parse_prompt
+from negt2i.stages.demo_data import write_demo
 from negt2i.transport import Tls
 from negt2i.wire import adapter
-from negt2i.wire.stage_handlers import ROUTES
+from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, evaluator_pb2
 from tests.reliability.test_catalogue import images
 from tests.services.live import Proc, free_port, start_orchestrator, wait_health
@@ -250,7 +250,7 @@ class _Stalled:
 
         config = load_config("current")
         stages = [common_pb2.StageService(stage=s, model=common_pb2.ModelInfo(stage=s, model=f"{s}-model"))
-                  for s in ROUTES]  # fmt: skip
+                  for s in STAGE_TABLE]  # fmt: skip
         self.info = evaluator_pb2.ServiceInfo(rules_json=json.dumps(config.record()), rules_digest=config.digest(),
                                               rules_name=config.name, stages=stages)  # fmt: skip
         self.release = threading.Event()
