@@ -288,15 +288,15 @@ def _record_of(
     models: dict[str, Any],
     services: dict[str, str],
     outcome: SubmitOutcome,
+    sha256: str | None = None,
 ) -> dict[str, Any] | None:
     """The results line of one stream response (None: transient failure, no line)."""
-    from negt2i.evaluate import error_line
-    from negt2i.results import ok_record
+    from negt2i.evaluate import error_line, verdict_line
     from negt2i.wire import adapter
 
     if resp.HasField("result"):
         verdict = adapter.verdict_from_proto(resp.result.verdict)
-        record = ok_record(verdict, filename=job.filename, sample=job.sample, models=models)
+        record = verdict_line(job, verdict, models, sha256)
         record["services"] = adapter.services_record(list(resp.result.stages)) or services
         return record
     err = resp.error
@@ -310,7 +310,7 @@ def _record_of(
         kind = "invalid_metadata"
     elif err.field.startswith("image"):
         kind = "unreadable_image"
-    return error_line(job, f"{kind}: {code}: {err.message}", config, models)
+    return error_line(job, f"{kind}: {code}: {err.message}", config, models, sha256)
 
 
 def _rules_from_info(info: evaluator_pb2.ServiceInfo) -> RuleConfig:
@@ -322,16 +322,6 @@ def _rules_from_info(info: evaluator_pb2.ServiceInfo) -> RuleConfig:
     return config
 
 
-def select_shard(jobs: Sequence[Job], shard: tuple[int, int] | None) -> list[Job]:
-    """Jobs ``i`` with ``i % N == I`` for shard ``(I, N)``."""
-    if shard is None:
-        return list(jobs)
-    index, count = shard
-    if not 0 <= index < count:
-        raise ValueError(f"shard {index}/{count}: need 0 <= I < N")
-    return [job for i, job in enumerate(jobs) if i % count == index]
-
-
 def submit(
     jobs: Sequence[Job],
     out: str | Path,
@@ -341,15 +331,22 @@ def submit(
     timeout: float | None = None,
     progress: bool = True,
     client: EvaluatorClient | None = None,
+    retry_errors: bool = False,
+    replace_changed: bool = False,
 ) -> SubmitOutcome:
     """Stream ``jobs`` (the first ``limit``) to the orchestrator at ``target`` and write ``out`` like
     ``negt2i evaluate`` (see the module docstring)."""
-    from negt2i.evaluate import Summary, error_line, load_image, resume_state
-    from negt2i.results import write_line
+    from negt2i.evaluate import Loaded, error_line, finish_summary, plan_run, read_job
+    from negt2i.results import ResultsWriter
     from negt2i.wire import adapter
 
+    writer = ResultsWriter(out)  # the one writer, locked before anything is sent
     own = client is None
-    cl = client or EvaluatorClient(target)
+    try:
+        cl = client or EvaluatorClient(target)
+    except BaseException:
+        writer.close()
+        raise
     try:
         info = cl.info()
         missing = [s.stage for s in info.stages if not s.model.model]
@@ -359,74 +356,74 @@ def submit(
         models = adapter.models_record(list(info.stages))
         services = adapter.services_record(list(info.stages))
         selected = list(jobs[:limit] if limit is not None else jobs)
-        out_path = Path(out)
-        done = resume_state(out_path, config, models)
-        todo = [job for job in selected if job.filename not in done]
-        summary = Summary(total=len(selected), skipped=len(selected) - len(todo))
+        todo, summary = plan_run(
+            writer, selected, config, models, retry_errors=retry_errors, replace_changed=replace_changed
+        )
         outcome = SubmitOutcome(summary)
-        if out_path.parent != Path():
-            out_path.parent.mkdir(parents=True, exist_ok=True)
         pending: dict[int, dict[str, Any] | None] = {}
         local: dict[int, str] = {}
+        hashes: dict[int, str | None] = {}
 
         def requests() -> Iterator[evaluator_pb2.EvaluateRequest]:
             for i, job in enumerate(todo):
-                if job.error is not None or job.prompt is None:
-                    local[i] = job.error or "missing_metadata: no prompt"
+                try:  # the same read, hash and decoder check (and message) as negt2i evaluate
+                    loaded = read_job(job)
+                except Exception as exc:  # never let one image end the stream for all the others
+                    loaded = Loaded(None, error=f"unreadable_image: {job.filename}: {type(exc).__name__}: {exc}")
+                hashes[i] = loaded.sha256
+                if loaded.error is not None or job.prompt is None:
+                    local[i] = loaded.error or "missing_metadata: no prompt"
                     continue
-                try:
-                    load_image(job.path)  # the same check (and message) as negt2i evaluate
-                    data = job.path.read_bytes()
-                except (ValueError, OSError) as exc:
-                    local[i] = f"unreadable_image: {job.filename}: {exc}"
-                    continue
-                yield make_request(data, prompt=job.prompt, request_id=str(i))
+                yield make_request(loaded.data, prompt=job.prompt, request_id=str(i))
 
         from tqdm import tqdm
 
         bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="submit")
         next_index = 0
-        with out_path.open("a", encoding="utf-8") as fh:
 
-            def flush() -> None:
-                nonlocal next_index
-                while next_index < len(todo):
-                    if next_index in local:
-                        record: dict[str, Any] | None = error_line(
-                            todo[next_index], local.pop(next_index), config, models
-                        )
-                    elif next_index in pending:
-                        record = pending.pop(next_index)
-                    else:
-                        return
-                    if record is not None:
-                        if record["status"] == "error":
-                            summary.errors[str(record["error"]).split(":", 1)[0]] += 1
-                        else:
-                            summary.correct += int(record["correct"])
-                        write_line(fh, record)
-                        summary.evaluated += 1
-                    next_index += 1
-                    bar.update(1)
-
-            try:
-                for resp in cl.stream(requests(), timeout=timeout):
-                    i = int(resp.request_id)
-                    pending[i] = _record_of(
-                        resp, todo[i], config=config, models=models, services=services, outcome=outcome
+        def flush() -> None:
+            nonlocal next_index
+            while next_index < len(todo):
+                if next_index in local:
+                    record: dict[str, Any] | None = error_line(
+                        todo[next_index], local.pop(next_index), config, models, hashes.get(next_index)
                     )
-                    flush()
-            except ClientError as exc:
-                outcome.stream_error = str(exc)
-            # items the stream never answered (it ended early) get no line: left for a rerun
-            for i in range(next_index, len(todo)):
-                if i not in pending and i not in local:
-                    pending[i] = None
-                    outcome.retry.append(todo[i].filename)
-            flush()
+                elif next_index in pending:
+                    record = pending.pop(next_index)
+                else:
+                    return
+                if record is not None:
+                    if record["status"] == "error":
+                        summary.errors[str(record["error"]).split(":", 1)[0]] += 1
+                    else:
+                        summary.correct += int(record["correct"])
+                    writer.write(record)
+                    summary.evaluated += 1
+                next_index += 1
+                bar.update(1)
+
+        try:
+            for resp in cl.stream(requests(), timeout=timeout):
+                i = int(resp.request_id)
+                pending[i] = _record_of(
+                    resp, todo[i], config=config, models=models, services=services, outcome=outcome,
+                    sha256=hashes.get(i),
+                )  # fmt: skip
+                flush()
+        except ClientError as exc:
+            outcome.stream_error = str(exc)
+        # items the stream never answered (it ended early) get no line: left for a rerun
+        for i in range(next_index, len(todo)):
+            if i not in pending and i not in local:
+                pending[i] = None
+                outcome.retry.append(todo[i].filename)
+        flush()
         bar.close()
+        writer.close()
+        finish_summary(summary, out)
         return outcome
     finally:
+        writer.close()
         if own:
             cl.close()
 

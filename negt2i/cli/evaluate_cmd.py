@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from negt2i.cli.common import EXIT_INPUT, add_results_args
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES
 
 
@@ -41,6 +42,7 @@ def register(sub: Any) -> None:
     p.add_argument("--weights-dir", default=None, help="weights cache [NEGT2I_WEIGHTS_DIR, ~/.cache/negt2i/weights]")
     p.add_argument("--batch-size", type=int, default=8, help="images per detector / depth call (default 8)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N images (in job order)")
+    add_results_args(p)
     p.add_argument("--backend", default=None, help="backend name for all four stages (e.g. synthetic)")
     for stage in STAGES:
         p.add_argument(
@@ -64,8 +66,9 @@ def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
 def _run(args: argparse.Namespace) -> int:
     from negt2i import weights
     from negt2i.config import load_config
-    from negt2i.evaluate import EvaluateError, discover, evaluate
+    from negt2i.evaluate import EvaluateError, discover, evaluate, select_shard
     from negt2i.pipeline import Stages
+    from negt2i.results import ResultsFileError
     from negt2i.spec import SpecError
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 0):
@@ -73,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         config = load_config(args.rules)
-        jobs = discover(args.images, args.prompts)
+        jobs = select_shard(discover(args.images, args.prompts), args.shard)
         if not jobs:
             print(f"error: {args.images}: no images found", file=sys.stderr)
             return 2
@@ -88,10 +91,12 @@ def _run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             limit=args.limit,
             progress=not args.no_progress,
+            retry_errors=args.retry_errors,
+            replace_changed=args.replace_changed,
         )
-    except (EvaluateError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
+    except (EvaluateError, ResultsFileError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
     print(summary.text())
     print(f"results: {args.out}")
     return 0

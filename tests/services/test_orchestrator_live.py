@@ -15,7 +15,7 @@ import pytest
 
 from negt2i.cli import main
 from negt2i.client import AsyncEvaluatorClient, ClientError, EvaluatorClient, make_request
-from negt2i.evaluate import load_image
+from negt2i.images import load_image
 from negt2i.spec import parse_prompt
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
