@@ -15,9 +15,7 @@ from tests.imagefiles import bomb_png, encoded, exif_rotated_jpeg
 PIXELS = np.arange(12 * 20 * 3, dtype=np.uint8).reshape(12, 20, 3)
 
 
-@pytest.mark.parametrize(
-    ("fmt", "options"), [("PNG", {}), ("WEBP", {"lossless": True}), ("JPEG", {"quality": 95})]
-)
+@pytest.mark.parametrize(("fmt", "options"), [("PNG", {}), ("WEBP", {"lossless": True}), ("JPEG", {"quality": 95})])
 def test_png_jpeg_webp_are_decoded_to_rgb(fmt: str, options: dict):
     img = decode_image(encoded(PIXELS, fmt, **options))
     assert img.shape == (12, 20, 3) and img.dtype == np.uint8 and img.flags.c_contiguous
