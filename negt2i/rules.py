@@ -9,7 +9,10 @@ degenerate and fires nothing.
 
 The public ``*_predicates`` functions return a ``frozenset``; the ``measure_*``
 functions return the same set together with every number the decision used,
-which verdicts record.
+which verdicts record (the schema is in ``docs/results.md``): each value set
+names its ``rule`` and holds the measured quantities *and* the constants, so the
+fired set can be recomputed from the record alone. A degenerate pair (an empty
+mask) records ``degenerate: 1`` and which mask was empty.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class Measurement:
     """A rule's fired predicate set and the numbers it was decided from."""
 
     predicates: frozenset[str]
-    values: dict[str, Number] = field(default_factory=dict)
+    values: dict[str, Number | str] = field(default_factory=dict)
 
 
 def _stats(mask: BoolMask | MaskStats) -> MaskStats:
@@ -47,6 +50,11 @@ def _stats(mask: BoolMask | MaskStats) -> MaskStats:
     if arr.ndim != 2 or arr.dtype != np.bool_:
         raise ValueError(f"a mask must be a 2-D bool array (H, W), got dtype {arr.dtype} shape {arr.shape}")
     return mask_stats(arr)
+
+
+def _degenerate(rule: str, sa: MaskStats, sb: MaskStats) -> Measurement:
+    """An empty mask fires nothing; the record says which one was empty."""
+    return Measurement(frozenset(), {"rule": rule, "degenerate": 1, "area_a": sa.area, "area_b": sb.area})
 
 
 def _pair(a: BoolMask | MaskStats, b: BoolMask | MaskStats) -> tuple[MaskStats, MaskStats]:
@@ -69,7 +77,7 @@ def measure_directional(a: BoolMask | MaskStats, b: BoolMask | MaskStats, config
     """
     sa, sb = _pair(a, b)
     if sa.empty or sb.empty:
-        return Measurement(frozenset(), {"degenerate": 1})
+        return _degenerate("directional", sa, sb)
     tau = config.directional.extent_margin
     alpha = config.directional.axis_threshold
     ox, oy = sa.cx - sb.cx, sa.cy - sb.cy
@@ -87,8 +95,10 @@ def measure_directional(a: BoolMask | MaskStats, b: BoolMask | MaskStats, config
         fired.add("above")
     if dy > alpha:
         fired.add("below")
-    values: dict[str, Number] = {
-        "offset_x": ox, "offset_y": oy, "center_distance": norm,
+    values: dict[str, Number | str] = {
+        "rule": "directional", "centroid_a_x": sa.cx, "centroid_a_y": sa.cy, "centroid_b_x": sb.cx,
+        "centroid_b_y": sb.cy, "width_a": sa.width, "width_b": sb.width, "height_a": sa.height,
+        "height_b": sb.height, "offset_x": ox, "offset_y": oy, "center_distance": norm,
         "extent_sum_x": sa.width + sb.width, "extent_sum_y": sa.height + sb.height,
         "dx": dx, "dy": dy, "axis_threshold": alpha, "extent_margin": tau,
     }  # fmt: skip
@@ -112,12 +122,16 @@ def measure_proximity(a: BoolMask | MaskStats, b: BoolMask | MaskStats, config: 
     """
     sa, sb = _pair(a, b)
     if sa.empty or sb.empty:
-        return Measurement(frozenset(), {"degenerate": 1})
+        return _degenerate("proximity", sa, sb)
     gamma = config.proximity.gap_factor
     g = gap(sa, sb)
     r = mean_radius(sa, sb)
     fired = "near" if g < gamma * r else "far from"
-    return Measurement(frozenset({fired}), {"gap": g, "radius": r, "threshold": gamma * r, "gap_factor": gamma})
+    values: dict[str, Number | str] = {
+        "rule": "proximity", "area_a": sa.area, "area_b": sb.area,
+        "gap": g, "radius": r, "threshold": gamma * r, "gap_factor": gamma,
+    }  # fmt: skip
+    return Measurement(frozenset({fired}), values)
 
 
 def proximity_predicates(mask_a: BoolMask, mask_b: BoolMask, config: RuleConfig = CURRENT) -> frozenset[str]:
@@ -137,7 +151,7 @@ def measure_comparative(a: BoolMask | MaskStats, b: BoolMask | MaskStats, config
     """
     sa, sb = _pair(a, b)
     if sa.empty or sb.empty:
-        return Measurement(frozenset(), {"degenerate": 1})
+        return _degenerate("comparative", sa, sb)
     rho = config.comparative.size_ratio
     fired = set()
     if sa.area > rho * sb.area:
@@ -148,8 +162,8 @@ def measure_comparative(a: BoolMask | MaskStats, b: BoolMask | MaskStats, config
         fired.add("taller than")
     if sb.height > rho * sa.height:
         fired.add("shorter than")
-    values: dict[str, Number] = {
-        "area_a": sa.area, "area_b": sb.area, "area_ratio": sa.area / sb.area,
+    values: dict[str, Number | str] = {
+        "rule": "comparative", "area_a": sa.area, "area_b": sb.area, "area_ratio": sa.area / sb.area,
         "height_a": sa.height, "height_b": sb.height, "height_ratio": sa.height / sb.height,
         "size_ratio": rho,
     }  # fmt: skip
@@ -185,7 +199,7 @@ def measure_depth(
     if disp.shape != sa.shape_hw:
         raise ValueError(f"disparity has shape {disp.shape}, expected (H, W) = {sa.shape_hw}")
     if sa.empty or sb.empty:
-        return Measurement(frozenset(), {"degenerate": 1})
+        return _degenerate("depth", sa, sb)
     cfg = config.depth
     span = float(disp.max() - disp.min()) if disparity_range is None else float(disparity_range)
     g = gap(sa, sb)
@@ -200,10 +214,13 @@ def measure_depth(
     fired: set[str] = set()
     if span > 0 and normalized >= required and mean_a != mean_b:
         fired.add("in front of" if mean_a > mean_b else "behind")
-    values: dict[str, Number] = {
+    values: dict[str, Number | str] = {
+        "rule": "depth", "area_a": sa.area, "area_b": sb.area,
         "disparity_a": mean_a, "disparity_b": mean_b, "disparity_range": span,
         "normalized_difference": normalized, "required_margin": required,
         "gap": g, "radius": r, "facing_pixels_a": int(fa[0].size), "facing_pixels_b": int(fb[0].size),
+        "facing_window": cfg.facing_window, "base_margin": cfg.base_margin,
+        "separation_slope": cfg.separation_slope,
     }  # fmt: skip
     return Measurement(frozenset(fired), values)
 

@@ -100,6 +100,9 @@ class ObjectVerdict(_Model):
     exempt: bool
     detections: list[int]
     """Indices (into the detector's output) of the counted instances."""
+    measurements: dict[str, Any] = Field(default_factory=dict)
+    """The evidence of presence and count: the kept detections with their scores and the
+    detection thresholds (schema in ``docs/results.md``)."""
 
     @property
     def ok(self) -> bool:
@@ -150,7 +153,28 @@ class Verdict(_Model):
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
 
 
-def _object_verdict(index: int, sel: InstanceSelection) -> ObjectVerdict:
+def object_measurements(sel: InstanceSelection, perception: ImagePerception, config: RuleConfig) -> dict[str, Any]:
+    """What presence and counting were decided from (``docs/results.md``, object measurements).
+
+    ``kept``: ``[detection index, score]`` of every kept detection of the class, highest score first;
+    ``present`` iff some kept score >= ``presence_threshold``; ``counted`` = kept scores >=
+    ``count_threshold``, or the top one alone when none reaches it but the class is present.
+    """
+    cfg = config.detection
+    scores = perception.detections.scores
+    candidates = len(perception.detections.indices_of(sel.class_name))
+    return {
+        "kept": [[i, float(scores[i])] for i in sel.kept],
+        "candidates": candidates,
+        "prediction_floor": cfg.prediction_floor,
+        "presence_threshold": cfg.presence_threshold,
+        "count_threshold": cfg.count_threshold,
+        "per_class_cap": cfg.per_class_cap,
+        "overlap_iou": cfg.overlap_iou,
+    }
+
+
+def _object_verdict(index: int, sel: InstanceSelection, measurements: dict[str, Any]) -> ObjectVerdict:
     return ObjectVerdict(
         index=index,
         class_name=sel.class_name,
@@ -164,6 +188,7 @@ def _object_verdict(index: int, sel: InstanceSelection) -> ObjectVerdict:
         under_count=sel.under_count,
         exempt=sel.exempt,
         detections=list(sel.counted),
+        measurements=measurements,
     )
 
 
@@ -215,7 +240,18 @@ def _measure(
         scores = {v: attrs[dets[0]][v] for v in ANSWERS[category]}
         beta = config.attributes.color_beta if category is Category.COLOR else config.attributes.material_beta
         fired = attribute_confusion_set(scores, beta)
-        return fired, {"scores": scores, "top_score": max(scores.values()), "beta": beta}
+        top = max(scores.values())
+        return fired, {
+            "rule": "attribute",
+            "detection": dets[0],
+            "mask": "detector",
+            "scores": scores,
+            "top_score": top,
+            "top_values": sorted(v for v, sc in scores.items() if sc == top),
+            "value_score": scores[st.value],
+            "margin": top - scores[st.value],
+            "beta": beta,
+        }
     a, b = masks.stats(dets[0]), masks.stats(dets[1])
     m: Measurement
     if category is Category.DIRECTIONAL:
@@ -229,13 +265,36 @@ def _measure(
         if disp is None:
             raise PerceptionError("depth prompts need a disparity map")
         m = measure_depth(a, b, disp.values, config, disparity_range=disp.value_range)
-    return m.predicates, dict(m.values)
+    return m.predicates, {**m.values, "detections": dets[:2], "mask": "refined" if config.masks.refine else "detector"}
+
+
+def _unevaluated(cause: FailureCause, involved: Sequence[ObjectVerdict]) -> dict[str, Any]:
+    """Why a statement was not evaluated: the cause and, per object it refers to, what was found."""
+    return {
+        "rule": "unevaluated",
+        "unevaluated": cause.value,
+        "objects": [
+            {
+                "object": o.index,
+                "class": o.class_name,
+                "requested": o.requested,
+                "present": o.present,
+                "counted": o.counted if o.present else 0,
+                "top_score": o.top_score,
+                "over_count": o.over_count,
+                "under_count": o.under_count,
+            }
+            for o in involved
+        ],
+    }
 
 
 def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURRENT) -> Verdict:
     """Judge one image's perception against a prompt; see the module docstring for the rules."""
     selections = [select_instances(perception.detections, obj.class_name, obj.count, config) for obj in prompt.objects]
-    objects = [_object_verdict(i, sel) for i, sel in enumerate(selections)]
+    objects = [
+        _object_verdict(i, sel, object_measurements(sel, perception, config)) for i, sel in enumerate(selections)
+    ]
     masks = _Masks(perception, config)
     statements: list[StatementVerdict] = []
     reasons: list[str] = []
@@ -254,8 +313,10 @@ def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURR
         values: dict[str, Any] = {}
         if any(not o.present or o.under_count for o in involved):
             cause = FailureCause.UNDETECTED_OBJECT
+            values = _unevaluated(cause, involved)
         elif any(o.over_count for o in involved):
             cause = FailureCause.OVER_COUNT
+            values = _unevaluated(cause, involved)
         else:
             dets = [o.detections[0] for o in involved]
             fired, values = _measure(prompt, st, dets, perception=perception, masks=masks, config=config)

@@ -434,6 +434,7 @@ def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
             under_count=o.under_count,
             exempt=o.exempt,
             detections=o.detections,
+            measurements_json=json.dumps(o.measurements, separators=(",", ":")),
         )
         if o.top_score is not None:
             ov.top_score = o.top_score
@@ -486,6 +487,7 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
                 "under_count": o.under_count,
                 "exempt": o.exempt,
                 "detections": list(o.detections),
+                "measurements": json.loads(o.measurements_json) if o.measurements_json else {},
             }
             for o in msg.objects
         ],

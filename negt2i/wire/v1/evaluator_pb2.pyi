@@ -396,6 +396,7 @@ class ObjectVerdict(_message.Message):
     UNDER_COUNT_FIELD_NUMBER: _builtins.int
     EXEMPT_FIELD_NUMBER: _builtins.int
     DETECTIONS_FIELD_NUMBER: _builtins.int
+    MEASUREMENTS_JSON_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """Index into the prompt's objects."""
     class_name: _builtins.str
@@ -418,6 +419,8 @@ class ObjectVerdict(_message.Message):
     """Fewer instances counted than requested."""
     exempt: _builtins.bool
     """Exempt from the over-count rule (skis)."""
+    measurements_json: _builtins.str
+    """The evidence of presence and count (kept detections with scores, thresholds), as a JSON object."""
     @_builtins.property
     def detections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Detector indices of the counted instances."""
@@ -437,10 +440,11 @@ class ObjectVerdict(_message.Message):
         under_count: _builtins.bool = ...,
         exempt: _builtins.bool = ...,
         detections: _abc.Iterable[_builtins.int] | None = ...,
+        measurements_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_top_score", b"_top_score", "top_score", b"top_score"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_top_score", b"_top_score", "class_name", b"class_name", "counted", b"counted", "detections", b"detections", "exempt", b"exempt", "fallback", b"fallback", "index", b"index", "kept", b"kept", "over_count", b"over_count", "present", b"present", "requested", b"requested", "top_score", b"top_score", "under_count", b"under_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_top_score", b"_top_score", "class_name", b"class_name", "counted", b"counted", "detections", b"detections", "exempt", b"exempt", "fallback", b"fallback", "index", b"index", "kept", b"kept", "measurements_json", b"measurements_json", "over_count", b"over_count", "present", b"present", "requested", b"requested", "top_score", b"top_score", "under_count", b"under_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__top_score: _TypeAlias = _typing.Literal["top_score"]  # noqa: Y015
     _WhichOneofArgType__top_score: _TypeAlias = _typing.Literal["_top_score", b"_top_score"]  # noqa: Y015
