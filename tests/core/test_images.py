@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from negt2i.images import DEFAULT_MAX_PIXELS, ImageError, decode_image, load_image
+from negt2i.images import DEFAULT_MAX_PIXELS, ImageError, decode_image, header_size, load_image
 from negt2i.wire import adapter
 from tests.imagefiles import bomb_png, encoded, exif_rotated_jpeg
 
@@ -35,9 +35,33 @@ def test_a_decompression_bomb_is_refused_from_its_header_at_once():
     data = bomb_png(40000, 40000)
     assert len(data) < 100_000
     start = time.perf_counter()
-    with pytest.raises(ImageError, match=r"declares 1600000000 pixels, above the limit of 16777216"):
+    with pytest.raises(ImageError, match=r"is 40000 x 40000 = 1600000000 pixels, above the limit of 16777216"):
         decode_image(data)
     assert time.perf_counter() - start < 1.0  # a header read, not 4.8 GB of pixels
+
+
+def test_the_limit_holds_whatever_pillows_own_bomb_limit_is(monkeypatch):
+    # some model libraries switch Pillow's check off globally (Image.MAX_IMAGE_PIXELS = None)
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", None)
+    with pytest.raises(ImageError, match=r"40000 x 40000 = 1600000000 pixels, above the limit"):
+        decode_image(bomb_png(40000, 40000))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "options"),
+    [
+        ("PNG", {}),
+        ("JPEG", {}),
+        ("JPEG", {"progressive": True}),
+        ("WEBP", {"lossless": True}),
+        ("WEBP", {"quality": 80}),
+        ("WEBP", {"exif": PILImage.Exif().tobytes()}),
+    ],
+)
+@pytest.mark.parametrize("wh", [(1, 1), (37, 19), (1000, 3), (3, 1000)])
+def test_header_size_matches_pillow(fmt: str, options: dict, wh: tuple[int, int]):
+    data = encoded(np.zeros((wh[1], wh[0], 3), np.uint8), fmt, **options)
+    assert header_size(data) == wh == PILImage.open(__import__("io").BytesIO(data)).size
 
 
 def test_the_pixel_limit_is_checked_before_decoding():

@@ -169,7 +169,7 @@ def _bad_index(req: evaluator_pb2.EvaluateRequest) -> None:
     [
         (b"not a png", None, "image.data: not a PNG, JPEG or WebP image"),
         (b"", None, "image.data: empty image"),
-        (bomb_png(), None, "image.data: image declares 1600000000 pixels, above the limit of 16777216"),
+        (bomb_png(), None, "image.data: image is 40000 x 40000 = 1600000000 pixels, above the limit"),
         (encoded(np.zeros((8, 8, 3), np.uint8), "TIFF"), None, "not a PNG, JPEG or WebP image (the file is TIFF)"),
         (DOG_HORSE, _unknown_class, "prompt.objects[0].class: unknown class 'unicorn'"),
         (DOG_HORSE, _unknown_predicate, "unknown predicate 'beside'"),
