@@ -11,6 +11,16 @@ EXIT_INPUT: Final = 2
 """Bad input: a missing input file or folder, a bad flag value, an ``--out`` file that is refused."""
 
 
+def parse_device(text: str) -> str:
+    """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, checked for every backend (the synthetic ones
+    ignore the device, but a typo is still a typo); whether CUDA is there is checked by the torch backends."""
+    from negt2i.stages._torch import _DEVICE_RE
+
+    if not _DEVICE_RE.match(text):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}; use auto, cpu, cuda, cuda:N or mps")
+    return text
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """``I/N`` -> ``(I, N)`` with ``0 <= I < N``."""
     try:

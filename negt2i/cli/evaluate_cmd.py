@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from negt2i.cli.common import EXIT_INPUT, add_results_args
+from negt2i.cli.common import EXIT_INPUT, add_results_args, parse_device
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES
 
 
@@ -36,6 +36,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--device",
+        type=parse_device,
         default=os.environ.get("NEGT2I_DEVICE", "auto"),
         help="auto, cpu, cuda or cuda:N [NEGT2I_DEVICE, default auto]",
     )
@@ -51,6 +52,11 @@ def register(sub: Any) -> None:
             metavar="NAME",
             help=f"{stage} backend [NEGT2I_{stage.upper()}_BACKEND, default {DEFAULT_BACKENDS[stage]}]",
         )
+    p.add_argument(
+        "--fetch-weights",
+        action="store_true",
+        help="first download the missing weights of the backends this run uses (`make evaluate` does)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
@@ -81,6 +87,11 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {args.images}: no images found", file=sys.stderr)
             return 2
         backends = backends_from_args(args)
+        if args.fetch_weights:
+            root = weights.weights_dir(args.weights_dir)
+            todo = [n for n in weights.needed(backends.values()) if weights.missing_files(weights.WEIGHTS[n], root)]
+            if todo:
+                weights.fetch(todo, root)
         weights.require(backends.values(), args.weights_dir)
         stages = Stages.create(backends, device=args.device, weights_dir=args.weights_dir, config=config)
         summary = evaluate(
