@@ -6,7 +6,7 @@ Inputs
   record (ours or GenEval's; a record without ``id`` takes the folder's name) and
   ``ROOT/<prompt>/samples/*`` the images. Every file under ``samples/`` is a job,
   images or not, so nothing is skipped silently; the sample index is the file
-  stem when it is a number (``0003.png`` -> 3).
+  stem when it is a number (``0003.png`` -> 3; see ``_sample_indices``).
 - **Manifest** (a ``.jsonl`` file): one line per image,
   ``{"file": "imgs/a.png", "metadata": {...prompt record...}}`` or
   ``{"file": "imgs/a.png", "prompt_id": "color-pos0_neg1-000"}`` with ``--prompts``
@@ -14,10 +14,14 @@ Inputs
   manifest's folder.
 
 Jobs run in a stable order (folders, then samples, sorted by name; manifests in
-line order). Output is one results line per image (``negt2i.results``), written
-whole and flushed in job order. A run resumes: images already in the output file
-are skipped, a torn last line left by a crash is cut off, and a file written with
-another rule config or other models is refused rather than mixed.
+line order). Output is one results line per image, written whole and flushed in
+job order by the one results writer (``negt2i.results.ResultsWriter``, also used by
+``negt2i submit``): ``--out`` must be new or a results file of ours, and is locked
+for the run. A run resumes by content (``ResultsWriter.plan``): an image is skipped
+only when its line has the same image SHA-256 and prompt; a changed verdict image
+refuses the run unless ``replace_changed``; error lines are judged again when
+their input changed or with ``retry_errors``. Images are read once per job
+(``read_job``: bytes, SHA-256, the one decoder ``negt2i.images``).
 
 An image that cannot be judged gives an error line whose ``error`` starts with
 its kind: ``unreadable_image``, ``missing_metadata``, ``invalid_metadata``,
