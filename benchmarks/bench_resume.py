@@ -21,7 +21,7 @@ from negt2i.config import CURRENT
 from negt2i.evaluate import discover, evaluate, plan_run, resume_keys
 from negt2i.pipeline import Stages
 from negt2i.results import ResultsWriter
-from orchestrator.demo_data import write_demo
+from negt2i.stages.demo_data import write_demo
 
 SYNTH = dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.failures import Failure, FailureKind
@@ -218,20 +218,6 @@ def discover(images: str | Path, prompts_file: str | Path | None = None) -> list
 
 
 # --------------------------------------------------------------------------- results file
-
-
-def _identity(models: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """Stage -> (backend, model, weights hash, operating point): lines that differ in any of them do not mix."""
-    return {
-        stage: (
-            str(info.get("backend", "")),
-            str(info.get("model", "")),
-            str(info.get("sha256", "")),
-            json.dumps(info.get("operating_point"), sort_keys=True),
-        )
-        for stage, info in models.items()
-        if isinstance(info, Mapping)
-    }
 
 
 def file_sha256(path: Path) -> str | None:

@@ -165,9 +165,15 @@ def _is_ours(record: Any) -> bool:
 
 
 def model_identity(models: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """Stage -> (backend, model, weights SHA-256): what must match for two runs to share a file."""
+    """Stage -> (backend, model, weights SHA-256, operating point): what must match for two runs to share a
+    file (a detector at another floor, suppression or input size is another operating point)."""
     return {
-        stage: (str(info.get("backend", "")), str(info.get("model", "")), str(info.get("sha256", "")))
+        stage: (
+            str(info.get("backend", "")),
+            str(info.get("model", "")),
+            str(info.get("sha256", "")),
+            json.dumps(info.get("operating_point"), sort_keys=True),
+        )
         for stage, info in models.items()
         if isinstance(info, Mapping)
     }

@@ -20,7 +20,7 @@ from negt2i import weights
 from negt2i.cli import build_parser, main
 from negt2i.cli.weights_cmd import fetch_names
 from negt2i.results import read_results
-from orchestrator.demo_data import write_demo
+from negt2i.stages.demo_data import write_demo
 from tests.services.live import free_port
 
 REPO = Path(__file__).resolve().parents[1]

@@ -66,9 +66,7 @@ def _pct(v: float | None) -> str:
 def state_totals(state: BenchmarkState) -> Totals:
     """The totals of a merged ``BenchmarkState`` (what ``negt2i report`` scores)."""
     m = state.compute()
-    kinds: Counter[str] = Counter()
-    for reason, n in m["errors"]["reasons"].items():
-        kinds[str(reason).split(":", 1)[0].strip() or "error"] += int(n)
+    kinds: Counter[str] = Counter({str(k): int(n) for k, n in m["errors"]["kinds"].items()})  # by FailureKind
     return Totals(
         images=int(m["images"]),
         judged=int(m["images"]) - int(m["errors"]["lines"]),

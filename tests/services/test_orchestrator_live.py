@@ -23,7 +23,6 @@ from negt2i.stages.demo_data import prompt_records, write_demo
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
-from negt2i.stages.demo_data import prompt_records, write_demo
 from tests.imagefiles import bomb_png, encoded, exif_rotated_jpeg
 from tests.services.live import (
     REPO,
