@@ -58,14 +58,21 @@ class Stages:
     depth: DepthEstimator | None = None
 
     @classmethod
-    def create(cls, backends: Mapping[str, str] | None = None, **options: Any) -> Stages:
+    def create(
+        cls,
+        backends: Mapping[str, str] | None = None,
+        stage_options: Mapping[str, Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> Stages:
         """Build every stage from the registry: ``backends`` maps stage -> backend name (missing stages use
-        ``DEFAULT_BACKENDS``); ``options`` (``device``, ``weights_dir``, ``config``) go to every factory."""
+        ``DEFAULT_BACKENDS``); ``options`` (``device``, ``weights_dir``, ``config``) go to every factory,
+        ``stage_options`` (e.g. ``{"segmenter": {"dtype": "bf16"}}``) to one stage's."""
         names = {**DEFAULT_BACKENDS, **dict(backends or {})}
-        unknown = sorted(set(names) - set(STAGES))
+        unknown = sorted((set(names) | set(stage_options or {})) - set(STAGES))
         if unknown:
             raise ValueError(f"unknown stages {unknown}; stages: {', '.join(STAGES)}")
-        built = {stage: create(stage, names[stage], **options) for stage in STAGES}
+        per_stage = dict(stage_options or {})
+        built = {stage: create(stage, names[stage], **options, **per_stage.get(stage, {})) for stage in STAGES}
         return cls(built["detector"], built["segmenter"], built["attributes"], built["depth"])
 
     def models(self) -> dict[str, dict[str, Any]]:

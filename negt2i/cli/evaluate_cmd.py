@@ -38,6 +38,12 @@ def register(sub: Any) -> None:
         default=os.environ.get("NEGT2I_DEVICE", "auto"),
         help="auto, cpu, cuda or cuda:N [NEGT2I_DEVICE, default auto]",
     )
+    p.add_argument(
+        "--dtype",
+        default=os.environ.get("NEGT2I_DTYPE", "fp32"),
+        help="model precision: fp32, bf16 or fp16 for every stage, or per stage as detector=fp32,segmenter=bf16 "
+        "(others fp32); recorded in every results line's model info [NEGT2I_DTYPE, default fp32]",
+    )
     p.add_argument("--weights-dir", default=None, help="weights cache [NEGT2I_WEIGHTS_DIR, ~/.cache/negt2i/weights]")
     p.add_argument("--batch-size", type=int, default=8, help="images per detector / depth call (default 8)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N images (in job order)")
@@ -67,11 +73,13 @@ def _run(args: argparse.Namespace) -> int:
     from negt2i.evaluate import EvaluateError, discover, evaluate
     from negt2i.pipeline import Stages
     from negt2i.spec import SpecError
+    from negt2i.stages._torch import parse_dtypes
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 0):
         print("error: --batch-size must be >= 1 and --limit >= 0", file=sys.stderr)
         return 2
     try:
+        dtypes = parse_dtypes(args.dtype, STAGES)
         config = load_config(args.rules)
         jobs = discover(args.images, args.prompts)
         if not jobs:
@@ -79,7 +87,13 @@ def _run(args: argparse.Namespace) -> int:
             return 2
         backends = backends_from_args(args)
         weights.require(backends.values(), args.weights_dir)
-        stages = Stages.create(backends, device=args.device, weights_dir=args.weights_dir, config=config)
+        stages = Stages.create(
+            backends,
+            {stage: {"dtype": d} for stage, d in dtypes.items()},
+            device=args.device,
+            weights_dir=args.weights_dir,
+            config=config,
+        )
         summary = evaluate(
             jobs,
             args.out,

@@ -22,6 +22,7 @@ from typing import Any, Final
 import numpy as np
 from google.protobuf.message import Message
 
+from negt2i.stages._torch import parse_dtypes
 from negt2i.stages.base import Image, ModelInfo
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
 from negt2i.wire import adapter
@@ -53,12 +54,14 @@ class StageSettings:
     max_pixels: int
     max_request_bytes: int
     max_batch_size: int
+    dtype: str = "fp32"
 
     @classmethod
     def from_env(cls, stage: str, env: dict[str, str] | None = None) -> StageSettings:
         """``NEGT2I_<STAGE>_BACKEND``, ``NEGT2I_DEVICE``, ``NEGT2I_WEIGHTS_DIR``, ``NEGT2I_MAX_PIXELS``,
         ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE`` (and ``NEGT2I_BACKEND_MODULES``: modules imported
-        before the backend is built, to register more backends)."""
+        before the backend is built, to register more backends), ``NEGT2I_DTYPE`` (``fp32``, ``bf16``, ``fp16``,
+        or ``stage=dtype`` pairs as ``negt2i evaluate --dtype``)."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
         e = dict(os.environ if env is None else env)
@@ -70,6 +73,7 @@ class StageSettings:
             max_pixels=int(e.get("NEGT2I_MAX_PIXELS", adapter.DEFAULT_MAX_PIXELS)),
             max_request_bytes=int(e.get("NEGT2I_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES)),
             max_batch_size=int(e.get("NEGT2I_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE)),
+            dtype=parse_dtypes(e.get("NEGT2I_DTYPE", "fp32"), STAGES)[stage],
         )
 
 
@@ -78,7 +82,7 @@ def _create_backend(settings: StageSettings) -> Any:
 
     for module in filter(None, (m.strip() for m in os.environ.get("NEGT2I_BACKEND_MODULES", "").split(","))):
         importlib.import_module(module)  # extra modules that register backends (e.g. benchmarks.random_backends)
-    options: dict[str, Any] = {"device": settings.device}
+    options: dict[str, Any] = {"device": settings.device, "dtype": settings.dtype}
     if settings.weights_dir:
         options["weights_dir"] = settings.weights_dir
     return create(settings.stage, settings.backend, **options)
