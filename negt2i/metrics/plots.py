@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from negt2i.metrics.probe_plots import probe_figures
 from negt2i.metrics.records import CATEGORY_LABELS, CATEGORY_ORDER, CAUSES, SETTING_ORDER, setting_label
 
 if TYPE_CHECKING:
@@ -180,4 +181,6 @@ def report_figures(report: dict[str, Any], *, max_heatmaps: int = 12) -> list[tu
     for k, name in enumerate(list(report["models"])[:max_heatmaps]):
         add(f"{name}: image accuracy by category x setting", f"heatmap-{k + 1}.png", heatmap(report, name))
     add("Failed statements by cause (pooled over models)", "failures.png", failure_bars(report))
+    for caption, filename, fig in probe_figures(report):  # control / paraphrase sections, if any
+        add(caption, filename, fig)
     return out

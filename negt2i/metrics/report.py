@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from negt2i import __version__
+from negt2i.metrics import probes
 from negt2i.metrics.benchmark import BenchmarkState, missing_cells
 from negt2i.metrics.bootstrap import bootstrap_state, paired_difference
 from negt2i.metrics.records import (
@@ -522,6 +523,7 @@ def render_markdown(report: dict[str, Any]) -> str:
     parts += [f"- {k.replace('_', ' ')}: {v}" for k, v in report["definitions"].items()]
     parts += ["", "## Tables", ""]
     parts += [markdown_table(t) for t in all_tables(report)]
+    parts.append(probes.markdown(report))  # control / paraphrase sections (negt2i.metrics.probes), if any
     return "\n".join(parts)
 
 
@@ -599,6 +601,7 @@ def render_html(report: dict[str, Any], figures: Sequence[tuple[str, str]] = ())
         )
         + "</ul>"
     )
+    parts.append(probes.html_section(report))  # control / paraphrase sections (negt2i.metrics.probes), if any
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -728,6 +731,7 @@ def write_csvs(report: dict[str, Any], out: Path) -> list[Path]:
         ["model_a", "model_b", "prompts", "scope", "key", "difference_pts", "ci_low_pts", "ci_high_pts"],
         paired_rows(),
     )
+    written += probes.write_csvs(report, out)  # control / paraphrase tables (negt2i.metrics.probes), if any
     return written
 
 
