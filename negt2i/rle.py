@@ -50,8 +50,15 @@ def mask_to_runs(mask: NDArray[np.bool_]) -> list[int]:
     return runs
 
 
-_MAX_CHUNKS = 12
-"""5-bit groups per value: 60 bits, far beyond any run of a mask that fits in memory."""
+MAX_CHARS_PER_RUN = 12
+"""Longest encoding of one run in a compressed string (12 x 5 = 60 bits, within int64)."""
+
+
+def max_compressed_chars(height: int, width: int) -> int:
+    """An upper bound on the length of a valid compressed ``counts`` string of a ``height x width`` mask:
+    ``2 x H x W + 16`` (every run but the first covers at least one pixel and, difference-coded, takes at
+    most one character per pixel it covers plus one). Longer strings are refused before decoding."""
+    return 2 * max(0, height) * max(0, width) + 16
 
 
 def _compress(runs: NDArray[np.int64]) -> str:
@@ -62,7 +69,7 @@ def _compress(runs: NDArray[np.int64]) -> str:
     if x.size > 3:
         x[3:] = runs[3:] - runs[1:-2]
     n = np.ones(x.size, dtype=np.int64)
-    for k in range(1, _MAX_CHUNKS):
+    for k in range(1, MAX_CHARS_PER_RUN):
         n += ((x >> (5 * k - 1)) != 0) & ((x >> (5 * k - 1)) != -1)
     owner = np.repeat(np.arange(x.size), n)
     first = np.cumsum(n) - n
@@ -74,31 +81,30 @@ def _compress(runs: NDArray[np.int64]) -> str:
 
 
 def _decompress(counts: str) -> NDArray[np.int64]:
-    """Inverse of ``_compress`` (pycocotools' ``rleFrString``), vectorised."""
+    """Run lengths of a compressed string, vectorized (linear time, no per-character Python loop)."""
     try:
         data = np.frombuffer(counts.encode("ascii"), dtype=np.uint8).astype(np.int64) - 48
     except UnicodeEncodeError:
-        raise ValueError("compressed RLE counts must be ASCII") from None
+        raise ValueError("a compressed RLE string is ASCII") from None
     if data.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if np.any((data < 0) | (data > 63)):
-        raise ValueError("compressed RLE string has a character outside '0'..'o'")
-    last = (data & 0x20) == 0
-    if not last[-1]:
+    if data.min() < 0 or data.max() > 63:
+        raise ValueError("not a compressed RLE string (characters outside '0'..'o')")
+    more = (data & 0x20) != 0
+    if more[-1]:
         raise ValueError("truncated compressed RLE string")
-    ends = np.flatnonzero(last)
-    n = np.diff(np.concatenate(([-1], ends)))
-    if n.max() > _MAX_CHUNKS:
-        raise ValueError("compressed RLE value too large")
-    starts = ends - n + 1
-    j = np.arange(data.size) - np.repeat(starts, n)
-    x = np.add.reduceat((data & 0x1F) << (5 * j), starts)
+    ends = np.flatnonzero(~more)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    if lengths.max() > MAX_CHARS_PER_RUN:
+        raise ValueError(f"a run takes more than {MAX_CHARS_PER_RUN} characters")
+    shift = 5 * (np.arange(data.size) - np.repeat(starts, lengths))
+    x = np.add.reduceat((data & 0x1F) << shift, starts)
     negative = (data[ends] & 0x10) != 0
-    x[negative] |= -1 << (5 * n[negative])
+    x[negative] -= np.left_shift(1, 5 * lengths[negative])  # sign extension: x | (-1 << 5k)
     runs = x.copy()
-    if runs.size > 3:
-        runs[1::2] = np.cumsum(x[1::2])
-        runs[2::2] = np.cumsum(x[2::2])
+    runs[1::2] = np.cumsum(x[1::2])  # each run after the second is stored as the difference to the run two before
+    runs[2::2] = np.cumsum(x[2::2])
     return runs
 
 
@@ -118,8 +124,12 @@ def decode(rle: RLE | dict[str, Any]) -> NDArray[np.bool_]:
         raise ValueError("an RLE record needs 'size': [height, width] and 'counts'") from None
     if isinstance(counts, bytes):
         counts = counts.decode("ascii")
-    runs = _decompress(counts) if isinstance(counts, str) else np.asarray([int(c) for c in counts], dtype=np.int64)
-    if np.any(runs < 0):
+    if h < 0 or w < 0:
+        raise ValueError(f"RLE size {h} x {w} is negative")
+    if isinstance(counts, str) and len(counts) > max_compressed_chars(h, w):
+        raise ValueError(f"{len(counts)} characters is too long for a {h} x {w} mask")
+    runs = _decompress(counts) if isinstance(counts, str) else np.array([int(c) for c in counts], dtype=np.int64)
+    if runs.size and runs.min() < 0:
         raise ValueError("RLE has a negative run length")
     total = int(runs.sum())
     if total != h * w:
@@ -153,5 +163,5 @@ def _paint(runs: NDArray[np.int64], h: int, w: int) -> NDArray[np.bool_]:
 def area(rle: RLE | dict[str, Any]) -> int:
     """Foreground pixel count of an RLE record without decoding it."""
     counts = rle["counts"]
-    runs = _decompress(counts) if isinstance(counts, str) else np.asarray(list(counts), dtype=np.int64)
+    runs = _decompress(counts) if isinstance(counts, str) else np.array([int(c) for c in counts], dtype=np.int64)
     return int(runs[1::2].sum())
