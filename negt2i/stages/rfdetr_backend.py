@@ -118,9 +118,11 @@ class RFDETRDetector:
         config: RuleConfig = CURRENT,
         dtype: str = "fp32",
         optimize: bool = True,
+        shape: tuple[int, int] | None = None,
         **_: Any,
     ) -> RFDETRDetector:
-        """Load ``RFDETRSegXLarge`` from the weights cache (``negt2i weights fetch``)."""
+        """Load ``RFDETRSegXLarge`` from the weights cache (``negt2i weights fetch``); ``shape`` overrides the
+        inference resolution (tests)."""
         from negt2i import weights
         from negt2i.stages._torch import model_info, resolve_device
 
@@ -130,7 +132,7 @@ class RFDETRDetector:
 
         model = RFDETRSegXLarge(pretrain_weights=str(verified.path("rf-detr-seg-xlarge.pt")), device=str(dev))
         info = model_info("detector", BACKEND, MODEL, dist="rfdetr", device=dev, weights=verified, dtype=dtype)
-        return cls(model, info, floor=config.detection.prediction_floor, optimize=optimize, dtype=dtype)
+        return cls(model, info, floor=config.detection.prediction_floor, optimize=optimize, dtype=dtype, shape=shape)
 
     def detect(self, images: Sequence[Image]) -> list[Detections]:
         """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling."""
