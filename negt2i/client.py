@@ -21,6 +21,7 @@ grpc is imported lazily (``negt2i`` itself never imports it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import uuid
@@ -288,6 +289,7 @@ def _record_of(
     models: dict[str, Any],
     services: dict[str, str],
     outcome: SubmitOutcome,
+    perceptions: dict[str, tuple[Verdict, ImagePerception, bool]] | None = None,
 ) -> dict[str, Any] | None:
     """The results line of one stream response (None: transient failure, no line)."""
     from negt2i.evaluate import error_line
@@ -297,6 +299,9 @@ def _record_of(
     if resp.HasField("result"):
         verdict = adapter.verdict_from_proto(resp.result.verdict)
         record = ok_record(verdict, filename=job.filename, sample=job.sample, models=models)
+        if perceptions is not None and resp.result.HasField("perception"):
+            seen = resp.result.perception
+            perceptions[job.filename] = (verdict, adapter.perception_from_proto(seen), seen.used_depth)
         record["services"] = adapter.services_record(list(resp.result.stages)) or services
         return record
     err = resp.error
@@ -341,10 +346,13 @@ def submit(
     timeout: float | None = None,
     progress: bool = True,
     client: EvaluatorClient | None = None,
+    save_perception: str | Path | None = None,
 ) -> SubmitOutcome:
     """Stream ``jobs`` (the first ``limit``) to the orchestrator at ``target`` and write ``out`` like
-    ``negt2i evaluate`` (see the module docstring)."""
+    ``negt2i evaluate`` (see the module docstring); ``save_perception`` as for ``negt2i evaluate``
+    (the orchestrator is asked for the perception with ``include_perception``)."""
     from negt2i.evaluate import Summary, error_line, load_image, resume_state
+    from negt2i.perception_file import PerceptionWriter
     from negt2i.results import write_line
     from negt2i.wire import adapter
 
@@ -380,13 +388,17 @@ def submit(
                 except (ValueError, OSError) as exc:
                     local[i] = f"unreadable_image: {job.filename}: {exc}"
                     continue
-                yield make_request(data, prompt=job.prompt, request_id=str(i))
+                yield make_request(
+                    data, prompt=job.prompt, request_id=str(i), include_perception=save_perception is not None
+                )
 
         from tqdm import tqdm
 
         bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="submit")
         next_index = 0
-        with out_path.open("a", encoding="utf-8") as fh:
+        side = None if save_perception is None else PerceptionWriter(save_perception)
+        perceptions: dict[str, tuple[Verdict, ImagePerception, bool]] = {}
+        with out_path.open("a", encoding="utf-8") as fh, side if side is not None else contextlib.nullcontext():
 
             def flush() -> None:
                 nonlocal next_index
@@ -400,6 +412,9 @@ def submit(
                     else:
                         return
                     if record is not None:
+                        seen = perceptions.pop(record["filename"], None)
+                        if side is not None and seen is not None:  # written in job order, before its line
+                            side.write(record["filename"], record["sample"], *seen[:2], used_depth=seen[2])
                         if record["status"] == "error":
                             summary.errors[str(record["error"]).split(":", 1)[0]] += 1
                         else:
@@ -413,8 +428,9 @@ def submit(
                 for resp in cl.stream(requests(), timeout=timeout):
                     i = int(resp.request_id)
                     pending[i] = _record_of(
-                        resp, todo[i], config=config, models=models, services=services, outcome=outcome
-                    )
+                        resp, todo[i], config=config, models=models, services=services, outcome=outcome,
+                        perceptions=perceptions if side is not None else None,
+                    )  # fmt: skip
                     flush()
             except ClientError as exc:
                 outcome.stream_error = str(exc)

@@ -26,6 +26,7 @@ its kind: ``unreadable_image``, ``missing_metadata``, ``invalid_metadata``,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
@@ -329,8 +330,13 @@ def evaluate(
     batch_size: int = 8,
     limit: int | None = None,
     progress: bool = True,
+    save_perception: str | Path | None = None,
 ) -> Summary:
-    """Judge ``jobs`` (the first ``limit``) into ``out``, resuming; returns the run's summary."""
+    """Judge ``jobs`` (the first ``limit``) into ``out``, resuming; returns the run's summary.
+
+    ``save_perception``: also append each judged image's detections and refined masks to this
+    side file (``negt2i.perception_file``), written before the image's results line.
+    """
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     selected = list(jobs[:limit] if limit is not None else jobs)
@@ -341,7 +347,13 @@ def evaluate(
     pipeline = Pipeline(stages, config)
     from tqdm import tqdm
 
-    with out_path.open("a", encoding="utf-8") as fh, ThreadPoolExecutor(max_workers=1) as pool:
+    from negt2i.perception_file import PerceptionWriter
+
+    with (
+        out_path.open("a", encoding="utf-8") as fh,
+        ThreadPoolExecutor(max_workers=1) as pool,
+        contextlib.nullcontext(None) if save_perception is None else PerceptionWriter(save_perception) as side,
+    ):
         _lock_exclusively(fh, out_path)
         done = resume_state(out_path, config, models)
         todo = [job for job in selected if job.filename not in done]
@@ -372,6 +384,8 @@ def evaluate(
                     record = error_line(job, reason, config, models)
                 elif res.verdict is not None:
                     record = ok_record(res.verdict, filename=job.filename, sample=job.sample, models=models)
+                    if side is not None and res.perception is not None:
+                        side.write(job.filename, job.sample, res.verdict, res.perception)
                     summary.correct += int(res.verdict.correct)
                 else:
                     record = error_line(job, f"stage_error: {res.error}", config, models)

@@ -49,6 +49,15 @@ def register(sub: Any) -> None:
             metavar="NAME",
             help=f"{stage} backend [NEGT2I_{stage.upper()}_BACKEND, default {DEFAULT_BACKENDS[stage]}]",
         )
+    p.add_argument(
+        "--save-perception",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
+        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
@@ -59,6 +68,15 @@ def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
         stage: getattr(args, stage) or args.backend or _env_backend(stage) or DEFAULT_BACKENDS[stage]
         for stage in STAGES
     }
+
+
+def perception_path(args: argparse.Namespace) -> str | None:
+    """``--save-perception [PATH]``: None when not asked for; the default path next to ``--out``."""
+    if args.save_perception is None:
+        return None
+    from negt2i.perception_file import default_path
+
+    return args.save_perception or str(default_path(args.out))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -88,10 +106,13 @@ def _run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             limit=args.limit,
             progress=not args.no_progress,
+            save_perception=perception_path(args),
         )
     except (EvaluateError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(summary.text())
     print(f"results: {args.out}")
+    if args.save_perception is not None:
+        print(f"perception: {perception_path(args)}")
     return 0

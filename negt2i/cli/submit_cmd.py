@@ -41,11 +41,21 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="submit only the first N images (in job order)")
     p.add_argument("--timeout", type=float, default=None, help="deadline of the whole stream in seconds")
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the orchestrator to be SERVING")
+    p.add_argument(
+        "--save-perception",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
+        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from negt2i.cli.evaluate_cmd import perception_path
     from negt2i.client import ClientError, EvaluatorClient, select_shard, submit
     from negt2i.evaluate import EvaluateError, discover
     from negt2i.spec import SpecError
@@ -68,7 +78,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             outcome = submit(
                 jobs, args.out, args.orchestrator, limit=args.limit, timeout=args.timeout,
-                progress=not args.no_progress, client=client,
+                progress=not args.no_progress, client=client, save_perception=perception_path(args),
             )  # fmt: skip
         except (ClientError, EvaluateError) as exc:
             print(f"error: {exc}", file=sys.stderr)

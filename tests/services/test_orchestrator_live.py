@@ -338,3 +338,20 @@ def test_generation_loop_example(orchestrator: Proc):
 def test_load_image_and_decode_image_agree(demo: Path):
     for path in sorted(demo.glob("0000[2-5]/samples/*.png")):
         assert (load_image(path) == adapter.decode_image(path.read_bytes())).all()
+
+
+def test_submit_save_perception_matches_evaluate(orchestrator: Proc, demo: Path, tmp_path: Path):
+    """``--save-perception`` through the orchestrator stores exactly what the embedded run stores."""
+    local = tmp_path / "embedded.jsonl"
+    argv = [str(demo), "--out", str(local), "--backend", "synthetic", "--no-progress", "--save-perception"]
+    assert main(["evaluate", *argv]) == 0
+    out = tmp_path / "submitted.jsonl"
+    side = tmp_path / "side.jsonl"
+    target = orchestrator.target
+    argv = [str(demo), "--orchestrator", target, "--out", str(out), "--no-progress", "--save-perception", str(side)]
+    assert main(["submit", *argv]) == 0
+    got = [json.loads(line) for line in side.read_text().splitlines()]
+    want = [json.loads(line) for line in (tmp_path / "embedded.perception.jsonl").read_text().splitlines()]
+    assert len(got) == len(want) == 48  # one per judged image; error lines have none
+    assert got == want
+    assert any(r["refined"] for r in got) and any(r["attributes"] for r in got)
