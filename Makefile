@@ -51,29 +51,46 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
 
 # Container images and Kubernetes (docs/deployment.md). Images need Docker with BuildKit;
-# the build context is the repository root. `make image-detector REGISTRY=ghcr.io/me`.
+# the build context is the repository root. Registry and tag: ONE place, the release
+# component k8s/components/release/kustomization.yaml, which the manifests run:
+#   make k8s REGISTRY=ghcr.io/me TAG=0.1.0    rewrite it and re-render k8s/*.yaml, k8s/swap/
+#   make images && make push                   build and push exactly those names
+# REGISTRY and TAG default to the release component's values (never `latest`).
+RELEASE := k8s/components/release/kustomization.yaml
 VERSION ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 REVISION ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-REGISTRY ?= negt2i
+REGISTRY ?= $(shell sed -n 's|^ *newName: *\(.*\)/orchestrator *$$|\1|p' $(RELEASE))
+TAG ?= $(shell sed -n 's|^ *newTag: *\([^ ]*\) *$$|\1|p' $(RELEASE) | head -n 1)
 STAGES := detector segmenter attributes depth
 IMAGE_TARGETS := $(addprefix image-,$(STAGES) orchestrator)
 DOCKER_BUILD = DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION)
 
-.PHONY: images $(IMAGE_TARGETS) k8s-render k8s-test constraints
+.PHONY: images push $(IMAGE_TARGETS) k8s k8s-render k8s-test constraints
 
 images: $(IMAGE_TARGETS)
 
+# One Dockerfile for the four stage images (STAGE build argument), one image per stage.
 $(addprefix image-,$(STAGES)): image-%:
-	$(DOCKER_BUILD) -f services/$*/Dockerfile -t $(REGISTRY)/$*:$(VERSION) .
+	$(DOCKER_BUILD) -f services/Dockerfile --build-arg STAGE=$* -t $(REGISTRY)/$*:$(TAG) .
 
 image-orchestrator:
-	$(DOCKER_BUILD) -f orchestrator/Dockerfile -t $(REGISTRY)/orchestrator:$(VERSION) .
+	$(DOCKER_BUILD) -f orchestrator/Dockerfile -t $(REGISTRY)/orchestrator:$(TAG) .
+
+push:
+	@for i in $(STAGES) orchestrator; do docker push $(REGISTRY)/$$i:$(TAG) || exit 1; done
+
+# The plain manifests `kubectl apply -f k8s/` reads (k8s/negt2i.yaml) and the swap files
+# (k8s/swap/), rendered from the kustomize sources; REGISTRY/TAG go through the release
+# component. tests/k8s fail while rendered files and sources disagree.
+k8s: setup
+	$(BIN)/python scripts/render_k8s.py --registry "$(REGISTRY)" --tag "$(TAG)"
 
 # Render every overlay and Job to build/k8s/ (ignored) for review or `kubectl diff -f`.
 k8s-render: setup
 	@mkdir -p build/k8s
-	@for d in overlays/gpu overlays/cpu-dev overlays/detector-swap jobs/weights-fetch jobs/sweep; do \
-		$(BIN)/kubectl kustomize k8s/$$d > build/k8s/$$(echo $$d | tr / -).yaml && echo "build/k8s/$$(echo $$d | tr / -).yaml"; \
+	@for d in k8s/overlays/*/ k8s/jobs/*/; do \
+		out=build/k8s/$$(echo $${d#k8s/} | tr / - | sed 's/-$$//').yaml; \
+		$(BIN)/kubectl kustomize $$d > $$out && echo $$out || exit 1; \
 	done
 
 # Render + strict schema validation + policies + hadolint (also part of `make unit`).

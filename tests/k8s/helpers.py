@@ -8,6 +8,7 @@ never a skip: CI must not pass by skipping the deployment checks.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import ipaddress
 import shutil
 import subprocess
@@ -23,11 +24,24 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
 
-OVERLAYS = ("gpu", "cpu-dev", "detector-swap")
-"""Every overlay under k8s/overlays (test_render checks the list is complete)."""
-JOBS = ("weights-fetch", "sweep")
-"""Every one-off Job kustomization under k8s/jobs."""
+OVERLAYS = tuple(sorted(p.name for p in (K8S / "overlays").iterdir() if (p / "kustomization.yaml").is_file()))
+"""Every overlay under k8s/overlays (each must say which GPU resource it uses: GPU_RESOURCE)."""
+JOBS = tuple(sorted(p.name for p in (K8S / "jobs").iterdir() if (p / "kustomization.yaml").is_file()))
+"""Every one-off Job kustomization under k8s/jobs: a new folder there is picked up by every test."""
 KUSTOMIZATIONS = tuple(f"overlays/{o}" for o in OVERLAYS) + tuple(f"jobs/{j}" for j in JOBS)
+
+GPU_RESOURCE: dict[str, str | None] = {
+    "gpu": "nvidia.com/gpu",
+    "detector-swap": "nvidia.com/gpu",
+    "detector-external": "nvidia.com/gpu",
+    "gpu-mig": "nvidia.com/mig-1g.18gb",
+    "gpu-time-slicing": "nvidia.com/gpu.shared",
+    "cpu-dev": None,
+}
+"""The extended resource each overlay's stage pods take one unit of (None: no GPU at all)."""
+
+EXTERNAL_DETECTOR_IMAGE = "registry.example.com/your-team/your-detector:1.0.0"
+"""The placeholder of the outside-detector template (k8s/overlays/detector-external)."""
 
 STAGES = ("detector", "segmenter", "attributes", "depth")
 STAGE_PORT = 3000
@@ -93,6 +107,28 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
 def rendered(name: str) -> tuple[dict[str, Any], ...]:
     """The objects of k8s/<name> (e.g. ``overlays/gpu``), rendered once per process."""
     return tuple(kustomize(K8S / name))
+
+
+@functools.cache
+def render_script() -> Any:
+    """scripts/render_k8s.py as a module (the renderer `make k8s` runs)."""
+    spec = importlib.util.spec_from_file_location("render_k8s", REPO / "scripts" / "render_k8s.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def release() -> tuple[str, str]:
+    """(registry, tag) the release component gives every image."""
+    registry, tag = render_script().release(K8S)
+    return str(registry), str(tag)
+
+
+def load_file(path: Path) -> list[dict[str, Any]]:
+    """The objects of a plain manifest file."""
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
 def key(obj: Mapping[str, Any]) -> tuple[str, str]:

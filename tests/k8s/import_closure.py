@@ -2,10 +2,12 @@
 
 Run as a subprocess by test_dockerfiles.py, from the repository root:
 
-    python tests/k8s/import_closure.py REQUIREMENTS_JSON MODULES_JSON
+    python tests/k8s/import_closure.py REQUIREMENTS_JSON MODULES_JSON [BENTOML_TARGETS_JSON]
 
 REQUIREMENTS_JSON is what docker/requirements.py prints for the image (a JSON list);
 their transitive closure is computed from the installed distributions' metadata.
+BENTOML_TARGETS_JSON lists `bentoml serve` targets, resolved as BentoML does (a module-only
+target must define exactly one service).
 Every other third-party top-level module is blocked, so an import the image could not
 satisfy fails here as ModuleNotFoundError. Prints the blocked top-level names (JSON).
 """
@@ -91,6 +93,12 @@ def main(argv: Sequence[str]) -> int:
     sys.meta_path.insert(0, _Blocker(blocked))
     for module in modules:
         importlib.import_module(module)
+    targets = json.loads(argv[2]) if len(argv) > 2 else []
+    if targets:
+        from bentoml._internal.service.loader import import_service
+
+        for target in targets:
+            import_service(target)
     print(json.dumps(sorted(blocked)))
     return 0
 

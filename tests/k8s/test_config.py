@@ -78,3 +78,22 @@ def test_changing_a_rule_constant_rolls_only_the_orchestrator(k8s_copy: Path) ->
     assert before["orchestrator"] != after["orchestrator"]
     for stage in STAGES:  # the stages do not read the rules
         assert before[stage] == after[stage]
+
+
+def test_the_stage_definition_is_written_once_for_the_four_stages(k8s_copy: Path) -> None:
+    # One edit of k8s/base/stage/stage.yaml reaches every stage Deployment and nothing else.
+    before = _templates(kustomize(k8s_copy / "overlays" / "gpu"))
+    definition = k8s_copy / "base" / "stage" / "stage.yaml"
+    original = _edit(definition, "terminationGracePeriodSeconds: 60", "terminationGracePeriodSeconds: 90")
+    try:
+        after = _templates(kustomize(k8s_copy / "overlays" / "gpu"))
+    finally:
+        definition.write_text(original)
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == set(STAGES)
+    for stage in STAGES:
+        assert after[stage]["spec"]["terminationGracePeriodSeconds"] == 90
+    # Each stage's own source holds only its name and backend: no second copy of the definition.
+    for stage in STAGES:
+        own = (K8S / "base" / "stages" / stage / "kustomization.yaml").read_text()
+        assert "kind: Deployment\nmetadata" not in own and "containerPort" not in own and "resources:\n  -" in own

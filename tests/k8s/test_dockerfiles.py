@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.helpers import ORCHESTRATOR_PORT, REPO, STAGE_PORT, STAGES, by_kind, hadolint, rendered, tool
+from tests.k8s.helpers import ORCHESTRATOR_PORT, REPO, STAGE_PORT, STAGES, by_kind, hadolint, release, rendered, tool
 
-STAGE_DOCKERFILES = {stage: REPO / "services" / stage / "Dockerfile" for stage in STAGES}
-DOCKERFILES = {**STAGE_DOCKERFILES, "orchestrator": REPO / "orchestrator" / "Dockerfile"}
+STAGE_DOCKERFILE = REPO / "services" / "Dockerfile"
+"""The one Dockerfile of the four stage images (build argument STAGE)."""
+DOCKERFILES = {"stage": STAGE_DOCKERFILE, "orchestrator": REPO / "orchestrator" / "Dockerfile"}
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
 SERVICE_CLASSES = {"detector": "Detector", "segmenter": "Segmenter", "attributes": "Attributes", "depth": "Depth"}
@@ -71,7 +72,7 @@ def test_base_images_are_pinned_to_exact_versions(name: str) -> None:
         # An exact patch release, never a floating major/minor tag.
         assert re.match(r"\d+\.\d+\.\d+(-|$)", tag), f"{image}: tag {tag!r} is not an exact version"
     python = re.compile(r"3\.11\.\d+")
-    if name in STAGES:
+    if name == "stage":
         assert any(i.startswith("nvidia/cuda:") and i.endswith("-ubuntu22.04") for i in images)
         run = " ".join(args for ins, args in instructions(DOCKERFILES[name]) if ins == "RUN")
         assert python.search(run), "the stage images must install an exact CPython 3.11.x"
@@ -99,15 +100,17 @@ def test_dependencies_are_installed_before_the_code_is_copied(name: str) -> None
     assert all(ins != "RUN" for ins, _ in instrs[version_arg:]), "no RUN after ARG VERSION"
 
 
-def test_stage_images_share_their_dependency_layers() -> None:
-    # Identical instructions up to ARG VERSION: the four images reuse one set of layers.
-    prefixes = {}
-    for stage, path in STAGE_DOCKERFILES.items():
-        instrs = instructions(path)
-        prefixes[stage] = instrs[: _first(instrs, lambda ins: ins[0] == "ARG" and ins[1].startswith("VERSION"))]
-    first = prefixes["detector"]
-    for stage, prefix in prefixes.items():
-        assert prefix == first, f"{stage}'s Dockerfile diverges from the detector's before ARG VERSION"
+def test_one_dockerfile_builds_the_four_stage_images() -> None:
+    # No per-stage copies: services/<stage>/ holds the service code only.
+    assert sorted(REPO.glob("services/**/Dockerfile")) == [STAGE_DOCKERFILE]
+    instrs = instructions(STAGE_DOCKERFILE)
+    (stage_arg,) = [i for i, ins in enumerate(instrs) if ins == ("ARG", "STAGE")]
+    # STAGE is declared after every layer that has content (RUN, COPY): the four images share
+    # them all and differ only in metadata (an ARG in scope changes the cache key of every later RUN).
+    assert all(ins not in ("RUN", "COPY", "ADD") for ins, _ in instrs[stage_arg:])
+    assert all("STAGE" not in args for _, args in instrs[:stage_arg])
+    env = " ".join(args for ins, args in instrs[stage_arg:] if ins == "ENV")
+    assert "NEGT2I_STAGE=${STAGE}" in env
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
@@ -116,10 +119,10 @@ def test_runs_as_the_non_root_user_the_manifests_expect(name: str) -> None:
     assert users, "no USER"
     uid, _, gid = users[-1].partition(":")
     assert uid.isdigit() and int(uid) != 0, "numeric non-root uid (runAsNonRoot can only verify numbers)"
-    deployment = name if name in STAGES else "orchestrator"
-    pod = by_kind(rendered("overlays/gpu"), "Deployment")[deployment]["spec"]["template"]["spec"]
-    assert pod["securityContext"]["runAsUser"] == int(uid)
-    assert pod["securityContext"]["runAsGroup"] == int(gid)
+    for deployment in STAGES if name == "stage" else ("orchestrator",):
+        pod = by_kind(rendered("overlays/gpu"), "Deployment")[deployment]["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsUser"] == int(uid)
+        assert pod["securityContext"]["runAsGroup"] == int(gid)
 
 
 @pytest.mark.parametrize("name", DOCKERFILES)
@@ -131,16 +134,23 @@ def test_healthcheck_labels_port_and_command(name: str) -> None:
     for label in ("title", "description", "version", "revision", "source", "licenses"):
         assert f"org.opencontainers.image.{label}=" in labels, label
     assert 'org.opencontainers.image.version="${VERSION}"' in labels
-    assert f'org.opencontainers.image.title="negt2i-{name}"' in labels
+    title = "${STAGE}" if name == "stage" else name
+    assert f'org.opencontainers.image.title="negt2i-{title}"' in labels
     (expose,) = [args for ins, args in instrs if ins == "EXPOSE"]
     (cmd,) = [json.loads(args) for ins, args in instrs if ins == "CMD"]
-    if name in STAGES:
+    if name == "stage":
         assert expose == str(STAGE_PORT)
         assert f"http://127.0.0.1:{STAGE_PORT}/readyz" in healthcheck
-        target = f"services.{name}.service:{SERVICE_CLASSES[name]}"
-        assert cmd == ["bentoml", "serve", target, "--host", "0.0.0.0", "--port", str(STAGE_PORT)]
-        service = (REPO / "services" / name / "service.py").read_text()
-        assert re.search(rf"^class {SERVICE_CLASSES[name]}\b", service, re.MULTILINE), f"{target} is not defined"
+        # sh -c only to put NEGT2I_STAGE into the target; exec hands PID 1 to BentoML.
+        assert cmd[:2] == ["sh", "-c"]
+        script = cmd[2]
+        assert f'exec bentoml serve "services.$NEGT2I_STAGE.service" --host 0.0.0.0 --port {STAGE_PORT};;' in script
+        (accepted,) = re.findall(r'case "\$NEGT2I_STAGE" in ([\w|]+)\)', script)
+        assert accepted.split("|") == list(STAGES)
+        for stage in STAGES:  # the module-only target needs exactly one service per module
+            service = (REPO / "services" / stage / "service.py").read_text()
+            assert len(re.findall(r"^@bentoml\.service\b", service, re.MULTILINE)) == 1, stage
+            assert re.search(rf"^class {SERVICE_CLASSES[stage]}\b", service, re.MULTILINE), stage
     else:
         assert expose == str(ORCHESTRATOR_PORT)
         assert f"grpc://127.0.0.1:{ORCHESTRATOR_PORT}" in healthcheck
@@ -155,7 +165,7 @@ def test_no_weights_in_the_image(name: str) -> None:
             assert not re.search(r"\.(pt|pth|safetensors|bin|ckpt|onnx)\b|weights", args.replace("docker/", "")), args
         assert ins != "ADD" or not args.startswith("http"), "no downloads by ADD"
     env = " ".join(args for ins, args in instrs if ins == "ENV")
-    if name in STAGES:
+    if name == "stage":
         assert "NEGT2I_WEIGHTS_DIR=/weights" in env
         assert "HF_HUB_OFFLINE=1" in env  # a missing weight is an error, never a download
 
@@ -177,13 +187,13 @@ def test_copied_files_exist_and_pass_the_dockerignore() -> None:
     assert next(line for line in ignored if not line.startswith("#")) == "*", "allow-list"
 
 
-@pytest.mark.parametrize("name", DOCKERFILES)
+@pytest.mark.parametrize("name", [*STAGES, "orchestrator"])
 def test_make_target_builds_the_image_the_manifests_run(name: str) -> None:
     result = subprocess.run(
         [tool("make", "GNU make, from the system"), "-n", "--no-print-directory", f"image-{name}", "REVISION=test"],
         cwd=REPO,
-        # The Makefile's defaults are under test, not a CI job's VERSION or REGISTRY.
-        env={k: v for k, v in os.environ.items() if k not in ("VERSION", "REGISTRY", "REVISION", "MAKEFLAGS")},
+        # The Makefile's defaults are under test, not a CI job's VERSION, REGISTRY or TAG.
+        env={k: v for k, v in os.environ.items() if k not in ("VERSION", "REGISTRY", "TAG", "REVISION", "MAKEFLAGS")},
         check=False,
         capture_output=True,
         text=True,
@@ -192,8 +202,15 @@ def test_make_target_builds_the_image_the_manifests_run(name: str) -> None:
     assert result.returncode == 0, result.stderr
     command = result.stdout.strip().splitlines()[-1]
     assert "docker build" in command
-    assert f"-f {DOCKERFILES[name].relative_to(REPO)}" in command
-    assert f"-t negt2i/{name}:{VERSION}" in command
+    registry, tag = release()
+    if name == "orchestrator":
+        assert f"-f {DOCKERFILES['orchestrator'].relative_to(REPO)} " in command
+        assert "STAGE=" not in command
+    else:
+        assert f"-f {STAGE_DOCKERFILE.relative_to(REPO)} " in command
+        assert f"--build-arg STAGE={name} " in command
+    # The name comes from the release component: exactly what the manifests run.
+    assert f"-t {registry}/{name}:{tag} " in command
     assert f"--build-arg VERSION={VERSION}" in command
     assert command.endswith(" .")
     images = {
@@ -202,7 +219,7 @@ def test_make_target_builds_the_image_the_manifests_run(name: str) -> None:
         if o["kind"] == "Deployment"
         for c in o["spec"]["template"]["spec"]["containers"]
     }
-    assert f"negt2i/{name}:{VERSION}" in images
+    assert f"{registry}/{name}:{tag}" in images
 
 
 IMAGE_MODULES = {
@@ -216,8 +233,8 @@ IMAGE_MODULES = {
         "negt2i.metrics.report",
         "matplotlib.pyplot",
     ],
-    # The BentoML services, and `negt2i weights fetch` (the weights-fetch Job runs this image).
-    "detector": ["services.common", *(f"services.{s}.service" for s in STAGES), "negt2i.cli", "negt2i.weights"],
+    # The BentoML services, and `negt2i weights fetch` (the weights-fetch Job runs the detector image).
+    "stage": ["services.common", *(f"services.{s}.service" for s in STAGES), "negt2i.cli", "negt2i.weights"],
 }
 
 
@@ -236,7 +253,14 @@ def test_the_image_installs_everything_its_code_imports(name: str) -> None:
         text=True,
     ).stdout.split()
     result = subprocess.run(
-        [sys.executable, "tests/k8s/import_closure.py", json.dumps(requirements), json.dumps(IMAGE_MODULES[name])],
+        [
+            sys.executable,
+            "tests/k8s/import_closure.py",
+            json.dumps(requirements),
+            json.dumps(IMAGE_MODULES[name]),
+            # What the stage image's CMD serves: `bentoml serve services.<stage>.service`.
+            json.dumps([f"services.{s}.service" for s in STAGES] if name == "stage" else []),
+        ],
         cwd=REPO,
         check=False,
         capture_output=True,

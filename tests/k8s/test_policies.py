@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.k8s.helpers import (
+    EXTERNAL_DETECTOR_IMAGE,
+    GPU_RESOURCE,
+    JOBS,
+    K8S,
     KUSTOMIZATIONS,
     NAMESPACE,
     ORCHESTRATOR_PORT,
@@ -24,7 +29,9 @@ from tests.k8s.helpers import (
     containers,
     ingress_allowed,
     key,
+    load_file,
     pod_specs,
+    release,
     rendered,
     selector_matches,
 )
@@ -95,19 +102,23 @@ def test_long_running_containers_have_probes(item: tuple[str, dict, dict]) -> No
         assert c["readinessProbe"]["grpc"] == {"port": ORCHESTRATOR_PORT, "service": "negt2i.v1.Evaluator"}
 
 
-@pytest.mark.parametrize("overlay", ["overlays/gpu", "overlays/detector-swap"])
-def test_gpu_overlays_give_each_stage_one_gpu_and_the_orchestrator_none(overlay: str) -> None:
-    deployments = by_kind(rendered(overlay), "Deployment")
-    for name, deployment in deployments.items():
+@pytest.mark.parametrize("overlay", [o for o, r in GPU_RESOURCE.items() if r is not None])
+def test_gpu_overlays_give_each_stage_one_gpu_unit_and_the_orchestrator_none(overlay: str) -> None:
+    resource = GPU_RESOURCE[overlay]
+    objs = rendered(f"overlays/{overlay}")
+    for name, deployment in by_kind(objs, "Deployment").items():
         main = deployment["spec"]["template"]["spec"]["containers"][0]
         requests, limits = main["resources"]["requests"], main["resources"]["limits"]
+        gpu_kinds = {r for r in (*requests, *limits) if r.startswith("nvidia.com/")}
         if name in STAGES:
-            assert str(requests.get(GPU)) == "1" and str(limits.get(GPU)) == "1", name
+            # One unit of this overlay's GPU resource (whole GPU, MIG slice or shared GPU), nothing else.
+            assert gpu_kinds == {resource}, name
+            assert str(requests[resource]) == "1" and str(limits[resource]) == "1", name
             tolerations = deployment["spec"]["template"]["spec"].get("tolerations", [])
             assert {"key": GPU, "operator": "Exists", "effect": "NoSchedule"} in tolerations
         else:
-            assert GPU not in requests and GPU not in limits, name
-    config = next(o for o in rendered(overlay) if o["metadata"]["name"].startswith("negt2i-config-"))
+            assert not gpu_kinds, name
+    config = next(o for o in objs if o["metadata"]["name"].startswith("negt2i-config-"))
     assert config["data"]["NEGT2I_DEVICE"] == "cuda"
 
 
@@ -185,16 +196,26 @@ def test_hpas_scale_stages_on_load_and_cpu_overlay_falls_back_to_cpu(overlay: st
             assert metric["resource"]["target"]["type"] == "Utilization"
 
 
+def test_the_release_names_an_explicit_registry_and_the_project_version() -> None:
+    registry, tag = release()
+    # An explicit registry host: a bare `negt2i/detector` would silently resolve to Docker Hub.
+    host = registry.split("/")[0]
+    assert "." in host or ":" in host or host == "localhost", registry
+    # One release: the tag committed is the package version the images are built from.
+    assert tag == VERSION and tag != "latest"
+
+
 @pytest.mark.parametrize("name", KUSTOMIZATIONS)
 def test_images_are_pinned_release_tags(name: str) -> None:
-    for _, template in pod_specs(rendered(name)):
+    registry, tag = release()
+    for workload, template in pod_specs(rendered(name)):
         for c in containers(template):
             image = c["image"]
-            match = re.fullmatch(r"(?:\S+/)?(detector|segmenter|attributes|depth|orchestrator):([\w.-]+)", image)
-            assert match, f"unexpected image {image!r}"
-            assert match.group(2) != "latest"
-            # One release: the tag is the package version the images are built from (Makefile).
-            assert match.group(2) == VERSION, f"{image}: tag is not the project version {VERSION}"
+            if name == "overlays/detector-external" and workload["metadata"]["name"] == "detector":
+                assert image == EXTERNAL_DETECTOR_IMAGE  # the template's placeholder
+                continue
+            match = re.fullmatch(rf"{re.escape(registry)}/([a-z0-9-]+):{re.escape(tag)}", image)
+            assert match, f"{image!r} is not {registry}/<image>:{tag} (k8s/components/release)"
             assert c.get("imagePullPolicy", "IfNotPresent") != "Always"
 
 
@@ -213,7 +234,7 @@ def test_config_references_resolve(overlay: str) -> None:
                 assert volume["persistentVolumeClaim"]["claimName"] in claims
 
 
-@pytest.mark.parametrize("job", ["jobs/weights-fetch", "jobs/sweep"])
+@pytest.mark.parametrize("job", [f"jobs/{j}" for j in JOBS])
 def test_jobs_use_the_platform_volumes(job: str) -> None:
     claims = by_kind(rendered("overlays/gpu"), "PersistentVolumeClaim")
     for _, template in pod_specs(rendered(job)):
@@ -237,18 +258,90 @@ def test_weights_are_read_only_for_every_stage_and_written_only_by_the_fetch_job
     assert ".negt2i-complete" in container["command"][-1]  # what the stages' init containers wait for
 
 
-def test_swap_overlay_changes_only_the_detector_deployment() -> None:
+@pytest.mark.parametrize("overlay", ["overlays/detector-swap", "overlays/detector-external"])
+def test_swap_overlays_change_only_the_detector_deployment(overlay: str) -> None:
     gpu = {key(o): o for o in rendered("overlays/gpu")}
-    swap = {key(o): o for o in rendered("overlays/detector-swap")}
+    swap = {key(o): o for o in rendered(overlay)}
     assert gpu.keys() == swap.keys(), "the swap must not add, remove or rename objects (e.g. a ConfigMap hash)"
     changed = [k for k in gpu if gpu[k] != swap[k]]
     assert changed == [("Deployment", "detector")]
 
-    def backend(objs: dict) -> str:
-        container = objs["Deployment", "detector"]["spec"]["template"]["spec"]["containers"][0]
+
+def _apply(live: dict[tuple[str, str], dict], objs: list[dict]) -> dict[tuple[str, str], dict]:
+    """The objects after `kubectl apply -f` of complete objects: each replaces its namesake."""
+    return {**live, **{key(o): o for o in objs}}
+
+
+def _mounted_configmaps(template: dict) -> set[str]:
+    names = {v["configMap"]["name"] for v in template["spec"].get("volumes", []) if "configMap" in v}
+    for c in containers(template):
+        names |= {s["configMapRef"]["name"] for s in c.get("envFrom", []) if "configMapRef" in s}
+        names |= {
+            e["valueFrom"]["configMapKeyRef"]["name"]
+            for e in c.get("env", [])
+            if "configMapKeyRef" in e.get("valueFrom", {})
+        }
+    return names
+
+
+@pytest.mark.parametrize("swap", sorted((K8S / "swap").glob("*.yaml")), ids=lambda p: p.name)
+def test_a_swap_file_applied_with_kubectl_apply_f_rolls_only_the_detector(swap: Path) -> None:
+    platform = {key(o): o for o in load_file(K8S / "negt2i.yaml")}
+    objs = load_file(swap)
+    after = _apply(platform, objs)
+    # Nothing is created (no new ConfigMap hash, no second Deployment): the file only replaces.
+    assert after.keys() == platform.keys()
+    changed = {k for k in platform if platform[k] != after[k]}
+    assert changed == {("Deployment", "detector")}, changed
+    deployments = {k[1]: o for k, o in platform.items() if k[0] == "Deployment"}
+    for name, deployment in deployments.items():
+        if name == "detector":
+            continue
+        # No other pod template changes, and no ConfigMap another Deployment reads changes.
+        assert after["Deployment", name]["spec"]["template"] == deployment["spec"]["template"], name
+        for configmap in _mounted_configmaps(deployment["spec"]["template"]):
+            assert after["ConfigMap", configmap] == platform["ConfigMap", configmap], configmap
+    # The swapped detector still reads the platform's ConfigMaps and volumes, and stays a stage
+    # (same labels: Service, HPA, PDB and NetworkPolicies keep selecting it).
+    detector = after["Deployment", "detector"]
+    assert _mounted_configmaps(detector["spec"]["template"]) <= {k[1] for k in platform if k[0] == "ConfigMap"}
+    assert detector["spec"]["selector"] == platform["Deployment", "detector"]["spec"]["selector"]
+    assert (
+        detector["spec"]["template"]["metadata"]["labels"]
+        == platform["Deployment", "detector"]["spec"]["template"]["metadata"]["labels"]
+    )
+    # Rolling back is applying the platform file again.
+    assert _apply(after, list(platform.values())) == platform
+
+
+def test_the_maskrcnn_swap_sets_only_the_backend() -> None:
+    platform = by_kind(tuple(load_file(K8S / "negt2i.yaml")), "Deployment")["detector"]
+    (swap,) = load_file(K8S / "swap" / "detector-maskrcnn.yaml")
+
+    def backend(deployment: dict) -> str:
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
         return next(e["value"] for e in container["env"] if e["name"] == "NEGT2I_DETECTOR_BACKEND")
 
-    assert (backend(gpu), backend(swap)) == ("rfdetr-seg-xl", "maskrcnn-r50")
+    assert (backend(platform), backend(swap)) == ("rfdetr-seg-xl", "maskrcnn-r50")
+    # The backend is registered with weights the fetch Job downloads.
+    from negt2i.weights import WEIGHTS
+
+    assert {"rfdetr-seg-xl", "maskrcnn-r50"} <= set(WEIGHTS)
+
+
+def test_the_external_detector_template_keeps_the_stage_contract() -> None:
+    (template,) = load_file(K8S / "swap" / "detector-external.yaml")
+    platform = by_kind(tuple(load_file(K8S / "negt2i.yaml")), "Deployment")["detector"]
+    (container,) = template["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == EXTERNAL_DETECTOR_IMAGE
+    assert not template["spec"]["template"]["spec"].get("initContainers")  # no shell needed in the image
+    shipped = platform["spec"]["template"]["spec"]["containers"][0]
+    for field in ("ports", "readinessProbe", "livenessProbe", "startupProbe", "securityContext", "resources"):
+        assert container[field] == shipped[field], field
+    assert (
+        template["spec"]["template"]["spec"]["securityContext"]
+        == platform["spec"]["template"]["spec"]["securityContext"]
+    )
 
 
 # --- network isolation, evaluated as traffic between labelled pods -------------------------
@@ -349,6 +442,10 @@ def test_sweep_is_an_indexed_job_whose_shard_count_agrees_everywhere() -> None:
 def test_the_adapter_rules_serve_the_metric_the_hpas_read() -> None:
     values = yaml.safe_load((REPO / "k8s" / "monitoring" / "prometheus-adapter-values.yaml").read_text())
     served = {rule["name"]["as"] for rule in values["rules"]["custom"]}
+    for rule in values["rules"]["custom"]:
+        # BentoML counts the kubelet's probe requests in this gauge: they must not count as load.
+        assert 'endpoint!~"/livez|/readyz|/healthz|/metrics"' in rule["metricsQuery"]
+        assert "<<.LabelMatchers>>" in rule["metricsQuery"] and "by (<<.GroupBy>>)" in rule["metricsQuery"]
     for name, hpa in by_kind(rendered("overlays/gpu"), "HorizontalPodAutoscaler").items():
         for metric in hpa["spec"]["metrics"]:
             if metric["type"] == "Pods":
@@ -386,3 +483,82 @@ def test_thread_pools_follow_each_containers_cpu_limit(overlay: str) -> None:
         container = deployment["spec"]["template"]["spec"]["containers"][0]
         (threads,) = [e for e in container.get("env", []) if e["name"] == "OMP_NUM_THREADS"]
         assert threads["valueFrom"] == {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1"}}, name
+
+
+# --- sharing GPUs: MIG slices and time-slicing ---------------------------------------------
+
+STAGE_GPU_MEMORY_GIB_ESTIMATE = {"detector": 2.0, "segmenter": 2.0, "attributes": 6.5, "depth": 1.5}
+"""ESTIMATED peak GPU memory of one stage pod (docs/deployment.md, "Sizing"; no GPU has measured it):
+fp32 weights, 4 bytes x the paper's parameter counts (RF-DETR-Seg-XL 38.1 M = 0.14 GiB, SAM 2.1
+hiera-small 46.1 M = 0.17 GiB, SigLIP 2 SO400M 1,136.0 M = 4.23 GiB, Depth-Anything V2 Small 24.8 M =
+0.09 GiB), plus activations of one adaptive batch (up to 16 items: <= 1 GiB, 1.5 GiB for SigLIP 2,
+0.5 GiB for depth), plus ~0.5 GiB of CUDA context per process; rounded up. The paper measures 6.3 GiB
+for all four models in one process without batching, consistent with the weights' 4.6 GiB."""
+MIG_1G_SLICES_PER_GPU = 7
+"""A 1g MIG profile splits an A100 / H100 / H200 into seven slices."""
+SMALLEST_SHARED_GPU_GIB = 80e9 / 2**30
+"""Time-slicing is sized for an 80 GB GPU (H100 80GB; an H200 has 141 GB)."""
+
+
+def test_each_stage_fits_its_mig_slice_and_a_stage_set_fits_one_gpu() -> None:
+    (resource,) = {GPU_RESOURCE["gpu-mig"]}
+    match = re.fullmatch(r"nvidia\.com/mig-(\d)g\.(\d+)gb", resource)
+    assert match, resource
+    slice_gib = int(match.group(2)) * 1e9 / 2**30
+    for stage, estimate in STAGE_GPU_MEMORY_GIB_ESTIMATE.items():
+        assert estimate <= slice_gib, f"{stage}: ~{estimate} GiB does not fit {resource} ({slice_gib:.1f} GiB)"
+    assert match.group(1) == "1" and len(STAGES) <= MIG_1G_SLICES_PER_GPU  # the four stages on one GPU
+
+
+def _time_slicing_config() -> dict[str, Any]:
+    (configmap,) = load_file(K8S / "gpu-sharing" / "time-slicing-config.yaml")
+    (config,) = configmap["data"].values()
+    return yaml.safe_load(config)
+
+
+def test_time_slicing_config_matches_the_overlay_and_fits_gpu_memory() -> None:
+    sharing = _time_slicing_config()["sharing"]["timeSlicing"]
+    (shared,) = sharing["resources"]
+    assert shared["name"] == GPU
+    # renameByDefault: the shared GPUs are advertised as <name>.shared, what the overlay requests.
+    assert sharing["renameByDefault"] is True
+    assert GPU_RESOURCE["gpu-time-slicing"] == f"{GPU}.shared"
+    assert sharing["failRequestsGreaterThanOne"] is True
+    # One GPU holds a whole stage set, and even `replicas` copies of the largest stage fit its memory
+    # (time-slicing does not isolate memory).
+    assert shared["replicas"] >= len(STAGES)
+    largest = max(STAGE_GPU_MEMORY_GIB_ESTIMATE.values())
+    assert shared["replicas"] * largest <= SMALLEST_SHARED_GPU_GIB
+
+
+def test_stage_memory_estimates_agree_with_the_paper_measurement() -> None:
+    # The per-stage weights alone add up to the paper's model size (1.24 B parameters, 6.3 GiB peak in one process).
+    parameters = {"detector": 38.1e6, "segmenter": 46.1e6, "attributes": 1136.0e6, "depth": 24.8e6}
+    weights_gib = {s: 4 * p / 2**30 for s, p in parameters.items()}
+    assert sum(weights_gib.values()) < 6.3 < sum(STAGE_GPU_MEMORY_GIB_ESTIMATE.values())
+    for stage, estimate in STAGE_GPU_MEMORY_GIB_ESTIMATE.items():
+        assert weights_gib[stage] + 0.5 < estimate, stage  # weights + CUDA context + room for a batch
+
+
+# --- the sweep: bounded in time, retried per shard (issue 12) --------------------------------
+
+
+def test_the_sweep_is_bounded_in_time_and_retries_each_shard_on_its_own() -> None:
+    jobs = by_kind(rendered("jobs/sweep"), "Job")
+    sweep, report = jobs["negt2i-sweep"]["spec"], jobs["negt2i-report"]["spec"]
+    assert sweep["completionMode"] == "Indexed"
+    assert 1 <= sweep["backoffLimitPerIndex"] <= 5
+    assert "backoffLimit" not in sweep  # per index only: one bad shard does not use up the others' retries
+    assert sweep["template"]["spec"]["restartPolicy"] == "Never"
+    assert 0 < sweep["activeDeadlineSeconds"] <= 7 * 86400
+    # The report starts with the sweep and waits for it: it must outlive the sweep's deadline by
+    # the time the merge and the report take.
+    assert report["activeDeadlineSeconds"] >= sweep["activeDeadlineSeconds"] + 3600
+
+
+@pytest.mark.parametrize("job", [f"jobs/{j}" for j in JOBS])
+def test_every_job_is_bounded_in_time_and_retries(job: str) -> None:
+    for name, obj in by_kind(rendered(job), "Job").items():
+        spec = obj["spec"]
+        assert spec.get("activeDeadlineSeconds", 0) > 0, name
+        assert "backoffLimit" in spec or "backoffLimitPerIndex" in spec, name
