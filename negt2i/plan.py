@@ -11,6 +11,8 @@ the same things and feed ``judge`` identical perception.
 - Attribute scores only for color / material prompts, for the same instances,
   against every answer of the category (colors plus gray, or materials).
 - Depth only for depth prompts with at least one evaluable statement.
+
+Probes (``Prompt.probes``) are measured like statements, so they count here too.
 """
 
 from __future__ import annotations
@@ -40,12 +42,12 @@ class PerceptionPlan:
 
 def plan_perception(prompt: Prompt, detections: Detections, config: RuleConfig = CURRENT) -> PerceptionPlan:
     """The stages a prompt needs after detection; see the module docstring."""
-    if prompt.category is None or not prompt.statements:
+    if prompt.category is None or not (prompt.statements or prompt.probes):
         return PerceptionPlan()
     selections = [select_instances(detections, o.class_name, o.count, config) for o in prompt.objects]
     needed: list[int] = []
     any_evaluable = False
-    for st in prompt.statements:
+    for st in (*prompt.statements, *prompt.probes):
         sels = [selections[i] for i in st.object_indices]
         if all(s.present and not s.over_count and not s.under_count for s in sels):
             any_evaluable = True

@@ -14,6 +14,15 @@ Relation statements read ``{"kind": "relation", "subject": 0, "target": 1,
 "predicate": "left of", "polarity": "positive"}``; ``object``, ``subject`` and
 ``target`` index ``include``.
 
+Three optional keys serve the probe sets (``docs/corpus.md``), and are written
+only when set, so every other record reads and writes exactly as before:
+
+- ``probes``: statements in the same encoding that are *measured* on the image
+  and recorded per probe in the verdict, but are never part of correctness (a
+  control prompt keeps its source prompt's statements here);
+- ``source_id``: the id of the corpus prompt a control or paraphrase was made from;
+- ``form``: the wording of a paraphrase (``docs/corpus.md`` lists the forms).
+
 Reading also accepts GenEval's own statement encodings as positive statements: an
 ``include`` entry's ``"color": "red"`` (a color statement on that object) and
 ``"position": ["left of", j]`` (this object is left of object ``j``). GenEval's
@@ -38,7 +47,9 @@ from negt2i.jsonl import iter_json_lines
 from negt2i.vocab import BENCHMARK_CLASSES, COCO_CLASSES, PREDICATES, VALUES, Category
 
 SETTING_RE = re.compile(r"^pos(\d+)_neg(\d+)$")
-_KNOWN_KEYS = frozenset({"id", "tag", "category", "setting", "prompt", "include", "statements", "exclude"})
+_KNOWN_KEYS = frozenset(
+    {"id", "tag", "category", "setting", "prompt", "include", "statements", "exclude", "probes", "source_id", "form"}
+)
 _GENEVAL_COLOR_TAGS = frozenset({"colors", "color_attr"})
 
 
@@ -126,6 +137,12 @@ class Prompt(_Frozen):
     tag: str = ""
     objects: tuple[ObjectSpec, ...] = Field(min_length=1)
     statements: tuple[Statement, ...] = ()
+    probes: tuple[Statement, ...] = ()
+    """Measured and recorded, never part of correctness (see the module docstring)."""
+    source_id: str | None = None
+    """The corpus prompt this control / paraphrase was made from."""
+    form: str | None = None
+    """The wording of a paraphrase."""
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -148,7 +165,10 @@ class Prompt(_Frozen):
 
     def describe(self, index: int) -> str:
         """Statement ``index`` in words, e.g. ``the laptop is not right of the carrot``."""
-        st = self.statements[index]
+        return self.describe_statement(self.statements[index])
+
+    def describe_statement(self, st: AttributeStatement | RelationStatement) -> str:
+        """A statement (or probe) over this prompt's objects in words."""
         neg = st.polarity is Polarity.NEGATED
         if isinstance(st, AttributeStatement):
             name = self.objects[st.object].class_name
@@ -168,6 +188,12 @@ class Prompt(_Frozen):
             "include": [o.to_json() for o in self.objects],
             "statements": [s.model_dump(mode="json") for s in self.statements],
         }
+        if self.probes:
+            out["probes"] = [s.model_dump(mode="json") for s in self.probes]
+        if self.source_id is not None:
+            out["source_id"] = self.source_id
+        if self.form is not None:
+            out["form"] = self.form
         for key, value in self.extra.items():
             out.setdefault(key, value)
         return out
@@ -190,8 +216,16 @@ def _validate(p: Prompt) -> None:
         seen[obj.class_name] = i
     if p.statements and p.category is None:
         _fail("category", "a prompt with statements needs a category")
-    for k, st in enumerate(p.statements):
-        field = f"statements[{k}]"
+    if p.probes and p.category is None:
+        _fail("category", "a prompt with probes needs a category")
+    _validate_statements(p, p.statements, "statements")
+    _validate_statements(p, p.probes, "probes")
+
+
+def _validate_statements(p: Prompt, statements: tuple[Statement, ...], key: str) -> None:
+    """The checks on ``statements`` (or ``probes``): indices, counts, category, vocabulary, no repeats."""
+    for k, st in enumerate(statements):
+        field = f"{key}[{k}]"
         for name, idx in (("object", getattr(st, "object", None)), ("subject", getattr(st, "subject", None)),
                           ("target", getattr(st, "target", None))):  # fmt: skip
             if idx is not None and idx >= len(p.objects):
@@ -223,10 +257,10 @@ def _validate(p: Prompt) -> None:
                 )
             if st.subject == st.target:
                 _fail(f"{field}.target", "a relation's subject and target must be different objects")
-    keys = [(s.model_dump_json(exclude={"polarity"})) for s in p.statements]
-    for k, key in enumerate(keys):
-        if key in keys[:k]:
-            _fail(f"statements[{k}]", "the same statement is made twice")
+    made = [(s.model_dump_json(exclude={"polarity"})) for s in statements]
+    for k, made_k in enumerate(made):
+        if made_k in made[:k]:
+            _fail(f"{key}[{k}]", "the same statement is made twice")
 
 
 def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) -> Prompt:
@@ -284,6 +318,12 @@ def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) ->
     if not isinstance(raw_statements, list):
         raise SpecError("must be a list", field="statements")
     statements.extend(raw_statements)
+    probes = record.get("probes", [])
+    if not isinstance(probes, list):
+        raise SpecError("must be a list", field="probes")
+    for key in ("source_id", "form"):
+        if record.get(key) is not None and (not isinstance(record[key], str) or not record[key]):
+            raise SpecError(f"must be a non-empty string, got {record[key]!r}", field=key)
 
     category = record.get("category")
     if category is None and inferred:
@@ -306,6 +346,9 @@ def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) ->
             tag=tag,
             objects=tuple(ObjectSpec.model_validate(o) for o in objects),
             statements=tuple(statements),
+            probes=tuple(probes),
+            source_id=record.get("source_id"),
+            form=record.get("form"),
             extra={k: v for k, v in record.items() if k not in _KNOWN_KEYS},
         )
     except ValidationError as exc:

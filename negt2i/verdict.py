@@ -21,6 +21,16 @@ The statement is *evaluated* only when 1 and 2 do not apply; otherwise its fired
 set is ``null``. A negated statement that passes with an empty fired set is a
 *dead-zone pass* (``dead_zone: true``, Table 19).
 
+Probes (``Prompt.probes``: a control prompt's source statements) are judged by
+the same code as statements and recorded under ``probes`` with the same fields,
+but never enter ``correct``, ``reason`` or ``failure_class``.
+
+Every statement and probe also records its ``outcome``, what the image shows
+whatever the polarity: ``holds`` (the requested value / predicate fired),
+``dead_zone`` (evaluated, but no predicate was decisive: an empty fired set),
+``not`` (evaluated, and it did not fire) or ``null`` (not evaluated: an object
+is missing or mis-counted).
+
 Row-level failure class of an incorrect image (Appendix E.2), first match wins:
 ``undetected_object`` (any named object missing or under-counted),
 ``over_count``, then by the polarity of the violated statements
@@ -35,7 +45,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from negt2i import __version__
 from negt2i.config import CURRENT, RuleConfig
@@ -127,6 +137,32 @@ class StatementVerdict(_Model):
     dead_zone: bool
     measurements: dict[str, Any]
 
+    outcome: str | None = None
+    """``holds`` / ``not`` / ``dead_zone`` / ``None`` (not evaluated), always ``outcome_of(fired, requested)``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_outcome(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "outcome" not in data:
+            return {**data, "outcome": outcome_of(data.get("fired"), str(data.get("requested", "")))}
+        return data
+
+    @model_validator(mode="after")
+    def _check_outcome(self) -> StatementVerdict:
+        expected = outcome_of(self.fired, self.requested)
+        if self.outcome != expected:
+            raise ValueError(f"outcome {self.outcome!r} contradicts fired / requested (expected {expected!r})")
+        return self
+
+
+def outcome_of(fired: Sequence[str] | None, requested: str) -> str | None:
+    """What the image shows for a statement, whatever its polarity (see the module docstring)."""
+    if fired is None:
+        return None
+    if requested in fired:
+        return "holds"
+    return "not" if fired else "dead_zone"
+
 
 class Verdict(_Model):
     """The judgement of one image against one prompt."""
@@ -144,10 +180,20 @@ class Verdict(_Model):
     statements: list[StatementVerdict]
     config: dict[str, Any]
     evaluator_version: str = __version__
+    probes: list[StatementVerdict] = Field(default_factory=list)
+    """The prompt's probes, judged like statements, never part of ``correct``."""
+    source_id: str | None = None
+    """The prompt's ``source_id`` (control and paraphrase prompts)."""
+    form: str | None = None
+    """The prompt's ``form`` (paraphrases)."""
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict (aliases used, e.g. ``class``)."""
-        return self.model_dump(mode="json", by_alias=True)
+        """A JSON-ready dict (aliases used, e.g. ``class``); ``probes`` / ``source_id`` / ``form`` only when set."""
+        out = self.model_dump(mode="json", by_alias=True)
+        for key in ("probes", "source_id", "form"):
+            if out[key] in (None, []):
+                del out[key]
+        return out
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
@@ -297,6 +343,7 @@ def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURR
     ]
     masks = _Masks(perception, config)
     statements: list[StatementVerdict] = []
+    probes: list[StatementVerdict] = []
     reasons: list[str] = []
     for ov in objects:
         if not ov.present or ov.under_count:
@@ -304,9 +351,11 @@ def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURR
         elif ov.over_count:
             reasons.append(f"expected {ov.requested} {ov.class_name}, found {ov.counted}")
 
-    for k, st in enumerate(prompt.statements):
+    judged = [(k, st, statements) for k, st in enumerate(prompt.statements)]
+    judged += [(k, st, probes) for k, st in enumerate(prompt.probes)]  # probes: same rules, never in `correct`
+    for k, st, into in judged:
         involved = [objects[i] for i in st.object_indices]
-        text = prompt.describe(k)
+        text = prompt.describe_statement(st)
         requested = st.value if isinstance(st, AttributeStatement) else st.predicate
         cause: FailureCause | None = None
         fired: frozenset[str] | None = None
@@ -329,9 +378,9 @@ def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURR
                 cause = FailureCause.DEAD_ZONE
             else:
                 cause = FailureCause.POSITIVE_VIOLATED
-        if not passed and fired is not None:
+        if not passed and fired is not None and into is statements:
             reasons.append(f"{text}: {cause} (fired: {', '.join(sorted(fired)) or 'nothing'})")
-        statements.append(
+        into.append(
             StatementVerdict(
                 index=k,
                 kind=st.kind,
@@ -361,6 +410,9 @@ def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURR
         objects=objects,
         statements=statements,
         config=config.record(),
+        probes=probes,
+        source_id=prompt.source_id,
+        form=prompt.form,
     )
 
 

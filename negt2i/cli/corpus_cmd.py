@@ -1,4 +1,5 @@
-"""``negt2i corpus build|validate|stats``: the benchmark corpus (docs/corpus.md)."""
+"""``negt2i corpus build|validate|stats|control|paraphrase``: the benchmark corpus and its probe sets
+(docs/corpus.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from negt2i.corpus import DEFAULT_CORPUS
+from negt2i.corpus import DEFAULT_CONTROL, DEFAULT_CORPUS, DEFAULT_PARAPHRASE
 from negt2i.corpus.build import (
     CATEGORIES,
     DEFAULT_TARGET_POOL,
@@ -20,6 +21,9 @@ from negt2i.corpus.build import (
     metadata_path,
     write_corpus,
 )
+from negt2i.corpus.control import build_control, control_metadata, unique_texts
+from negt2i.corpus.paraphrase import DEFAULT_PER_CELL as DEFAULT_PARAPHRASE_PER_CELL
+from negt2i.corpus.paraphrase import FORMS, build_paraphrase, paraphrase_metadata, select_sources
 from negt2i.corpus.selectors import (
     DEFAULT_MODEL,
     DEFAULT_URL,
@@ -29,7 +33,14 @@ from negt2i.corpus.selectors import (
     TableSelector,
 )
 from negt2i.corpus.stats import corpus_stats, format_stats
-from negt2i.corpus.validate import validate_file, validate_prompts
+from negt2i.corpus.validate import (
+    KINDS,
+    detect_kind,
+    validate_control_file,
+    validate_file,
+    validate_paraphrase_file,
+    validate_prompts,
+)
 from negt2i.spec import SpecError, read_prompts
 from negt2i.vocab import Category
 
@@ -61,13 +72,37 @@ def register(sub: Any) -> None:
     llm.add_argument("--llm-no-json-mode", action="store_true", help="do not send response_format=json_object")
     b.set_defaults(func=_build)
 
-    v = psub.add_parser("validate", help="check a corpus file against the benchmark's invariants")
-    v.add_argument("file", help="corpus JSONL")
+    v = psub.add_parser(
+        "validate", help="check a corpus, control or paraphrase file against its invariants (docs/corpus.md)"
+    )
+    v.add_argument("file", help="corpus, control or paraphrase JSONL")
     v.add_argument(
         "--per-cell", type=_positive, default=PROMPTS_PER_CELL, help="expected prompts per category x setting"
     )
-    v.add_argument("--partial", action="store_true", help="skip the whole-corpus counts and class coverage")
+    v.add_argument("--partial", action="store_true", help="skip the whole-file counts and coverage")
+    v.add_argument("--kind", choices=("auto", *KINDS), default="auto",
+                   help="what the file is (default: from its first record)")  # fmt: skip
+    v.add_argument("--source", default=DEFAULT_CORPUS,
+                   help=f"the corpus a control / paraphrase set was made from (default {DEFAULT_CORPUS})")  # fmt: skip
     v.set_defaults(func=_validate)
+
+    c = psub.add_parser("control", help="build the control set: each corpus prompt's objects, statements as probes")
+    c.add_argument("--source", default=DEFAULT_CORPUS, help=f"corpus JSONL (default {DEFAULT_CORPUS})")
+    c.add_argument("--out", required=True, help=f"output JSONL (the committed set is {DEFAULT_CONTROL})")
+    c.add_argument("--per-cell", type=_positive, default=None,
+                   help="only this many source prompts per category x setting (the paraphrase set's draw); "
+                   "default: every corpus prompt")  # fmt: skip
+    c.add_argument("--seed", type=int, default=0, help="seed of the --per-cell draw (default 0)")
+    c.set_defaults(func=_control)
+
+    r = psub.add_parser("paraphrase", help="build the paraphrase set: corpus prompts in other negation forms")
+    r.add_argument("--source", default=DEFAULT_CORPUS, help=f"corpus JSONL (default {DEFAULT_CORPUS})")
+    r.add_argument("--out", required=True, help=f"output JSONL (the committed set is {DEFAULT_PARAPHRASE})")
+    r.add_argument("--per-cell", type=_positive, default=DEFAULT_PARAPHRASE_PER_CELL,
+                   help=f"source prompts per category x setting (default {DEFAULT_PARAPHRASE_PER_CELL})")  # fmt: skip
+    r.add_argument("--seed", type=int, default=0, help="seed of the draw (default 0)")
+    r.add_argument("--forms", default=",".join(FORMS), help=f"comma-separated forms (default: {','.join(FORMS)})")
+    r.set_defaults(func=_paraphrase)
 
     s = psub.add_parser("stats", help="per-category statistics (settings, coverage, balance)")
     s.add_argument("file", nargs="?", default=DEFAULT_CORPUS, help=f"corpus JSONL (default {DEFAULT_CORPUS})")
@@ -143,14 +178,24 @@ def _build(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     try:
-        report = validate_file(args.file, per_cell=args.per_cell, partial=args.partial)
+        kind = detect_kind(args.file) if args.kind == "auto" else args.kind
+        if kind == "control":
+            report = validate_control_file(args.file, args.source, partial=args.partial)
+        elif kind == "paraphrase":
+            report = validate_paraphrase_file(args.file, args.source, partial=args.partial)
+        else:
+            report = validate_file(args.file, per_cell=args.per_cell, partial=args.partial)
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except SpecError as exc:
+        print(f"error: source corpus {args.source}: {exc}", file=sys.stderr)
         return 2
     for violation in report.violations:
         print(f"{args.file}: {violation}")
     if report.ok:
-        print(f"{args.file}: {report.prompts} prompts, all benchmark invariants hold")
+        what = "benchmark" if kind == "corpus" else f"{kind} set"
+        print(f"{args.file}: {report.prompts} prompts, all {what} invariants hold")
         return 0
     print(f"{args.file}: {len(report.violations)} violations", file=sys.stderr)
     return 1
@@ -170,4 +215,61 @@ def _stats(args: argparse.Namespace) -> int:
         print(json.dumps(stats.to_json(), indent=2))
     else:
         print(format_stats(stats, args.file))
+    return 0
+
+
+def _read_source(path: str) -> list[Any] | None:
+    try:
+        return read_prompts(path)
+    except SpecError as exc:
+        print(f"error: {path}: {exc} (run `negt2i corpus validate {path}`)", file=sys.stderr)
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+    return None
+
+
+def _write_set(out: str, prompts: list[Any], meta: dict[str, Any]) -> Path:
+    target = write_corpus(out, prompts, None)
+    metadata_path(target).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return target
+
+
+def _control(args: argparse.Namespace) -> int:
+    sources = _read_source(args.source)
+    if sources is None:
+        return 2
+    if args.per_cell is not None:
+        sources = select_sources(sources, per_cell=args.per_cell, seed=args.seed)
+    try:
+        prompts = build_control(sources)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    meta = control_metadata(prompts, args.source)
+    if args.per_cell is not None:
+        meta.update(per_cell=args.per_cell, seed=args.seed)
+    out = _write_set(args.out, prompts, meta)
+    print(f"wrote {len(prompts)} control prompts ({unique_texts(prompts)} distinct texts to generate) to {out} "
+          f"(sha256 {meta['sha256']}); metadata in {metadata_path(out)}")  # fmt: skip
+    return 0
+
+
+def _paraphrase(args: argparse.Namespace) -> int:
+    forms = [f.strip() for f in args.forms.split(",") if f.strip()]
+    unknown = [f for f in forms if f not in FORMS]
+    if not forms or unknown or len(set(forms)) != len(forms):
+        print(f"error: --forms {args.forms!r}: expected distinct forms among {', '.join(FORMS)}", file=sys.stderr)
+        return 2
+    sources = _read_source(args.source)
+    if sources is None:
+        return 2
+    try:
+        prompts = build_paraphrase(sources, per_cell=args.per_cell, seed=args.seed, forms=forms)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    meta = paraphrase_metadata(prompts, args.source, per_cell=args.per_cell, seed=args.seed, forms=forms)
+    out = _write_set(args.out, prompts, meta)
+    print(f"wrote {len(prompts)} paraphrases ({meta['source_prompts']} source prompts x {len(forms)} forms) to "
+          f"{out} (sha256 {meta['sha256']}); metadata in {metadata_path(out)}")  # fmt: skip
     return 0

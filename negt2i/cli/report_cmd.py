@@ -24,19 +24,36 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--baseline", metavar="NAME", help="model the paired differences are taken against (default: the first)"
     )
+    p.add_argument("--control", action="append", default=[], metavar="NAME=PATH",
+                   help="results of model NAME on the control set (data/negt2ibench-control.jsonl): adds the "
+                   "negation-following section; repeat for shards or models")  # fmt: skip
+    p.add_argument("--paraphrase", action="append", default=[], metavar="NAME=PATH",
+                   help="results of model NAME on the paraphrase set (data/negt2ibench-paraphrase.jsonl): adds the "
+                   "wording-robustness section; repeat for shards or models")  # fmt: skip
     p.add_argument("--no-plots", action="store_true", help="skip the plots (no matplotlib needed)")
     p.add_argument("--strict", action="store_true", help="exit with status 3 when the report has warnings")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from negt2i.metrics import probes
     from negt2i.metrics.records import ResultsFormatError
     from negt2i.metrics.report import build_report, load_model, parse_inputs, table3, write_report
 
     try:
-        models = [load_model(name, paths) for name, paths in parse_inputs(args.results)]
+        inputs = parse_inputs(args.results)
+        models = [load_model(name, paths) for name, paths in inputs]
         report = build_report(
             models, n_resamples=args.bootstrap, seed=args.seed, confidence=args.confidence, baseline=args.baseline
+        )
+        probes.add_to_report(
+            report,
+            dict(inputs),
+            _probe_inputs(args.control, "control"),
+            _probe_inputs(args.paraphrase, "paraphrase"),
+            n_resamples=args.bootstrap,
+            seed=args.seed,
+            confidence=args.confidence,
         )
         written = write_report(report, args.out, plots=not args.no_plots)
     except (ResultsFormatError, ValueError) as exc:
@@ -58,3 +75,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(str(p.relative_to(args.out)) for p in written))
     return 3 if args.strict and report["warnings"] else 0
+
+
+def _probe_inputs(specs: list[str], kind: str) -> list[tuple[str, Any]]:
+    """``--control`` / ``--paraphrase`` values: NAME=PATH (NAME must be a model of the main results)."""
+    from negt2i.metrics.report import parse_inputs
+
+    for spec in specs:
+        if "=" not in spec:
+            raise ValueError(f"--{kind} {spec!r}: expected NAME=PATH, NAME being the model the results belong to")
+    return list(parse_inputs(specs)) if specs else []

@@ -6,7 +6,8 @@
 - ``balancing``: least-used selection and the most-even allocation;
 - ``build``: the builder (``build_corpus``, ``write_corpus``);
 - ``validate``: the benchmark's invariants, violations with their line;
-- ``stats``: per-category statistics (Appendix A.2).
+- ``stats``: per-category statistics (Appendix A.2);
+- ``control`` and ``paraphrase``: the two probe sets made from the corpus (Appendix F's limits).
 """
 
 from __future__ import annotations
@@ -14,4 +15,10 @@ from __future__ import annotations
 DEFAULT_CORPUS = "data/negt2ibench.jsonl"
 """The committed corpus, relative to the repository root (built with seed 0 and the table)."""
 
-__all__ = ["DEFAULT_CORPUS"]
+DEFAULT_CONTROL = "data/negt2ibench-control.jsonl"
+"""The committed control set (``negt2i corpus control``)."""
+
+DEFAULT_PARAPHRASE = "data/negt2ibench-paraphrase.jsonl"
+"""The committed paraphrase set (``negt2i corpus paraphrase``)."""
+
+__all__ = ["DEFAULT_CONTROL", "DEFAULT_CORPUS", "DEFAULT_PARAPHRASE"]

@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from negt2i.metrics.probe_plots import probe_figures
 from negt2i.metrics.records import CATEGORY_LABELS, CATEGORY_ORDER, CAUSES, SETTING_ORDER, setting_label
 from negt2i.metrics.report_tables import model_slugs
 
@@ -229,4 +230,6 @@ def report_figures(report: dict[str, Any], *, max_models: int = 12) -> list[tupl
     for name in list(report["models"])[:max_models]:
         add(f"{name}: image accuracy by category x setting", f"heatmap-{slugs[name]}.png", heatmap(report, name))
         add(f"{name}: failed statements by cause", f"failures-{slugs[name]}.png", failure_bars(report, name))
+    for caption, filename, fig in probe_figures(report):  # control / paraphrase sections, if any
+        add(caption, filename, fig)
     return out

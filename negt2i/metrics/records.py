@@ -91,6 +91,8 @@ class StatementRow:
     cause: str | None
     empty: bool
     """Evaluated with an empty fired set (no predicate resolved): a dead-zone pass when negated and passed."""
+    outcome: str | None = None
+    """What the image shows whatever the polarity: ``holds`` / ``not`` / ``dead_zone``; ``None`` if not evaluated."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +117,12 @@ class ImageRow:
     models: tuple[tuple[str, str], ...]
     """(stage, identity) pairs; identity joins model, revision and weight hash."""
     evaluator_version: str | None
+    probes: tuple[StatementRow, ...] = ()
+    """The prompt's probes (control prompts), judged like statements, never part of ``correct``."""
+    source_id: str | None = None
+    """The corpus prompt a control / paraphrase prompt was made from."""
+    form: str | None = None
+    """The wording of a paraphrase prompt."""
 
     @property
     def where(self) -> str:
@@ -232,9 +240,32 @@ def parse_line(rec: Mapping[str, Any], *, source: str = "<memory>", line: int = 
         if not isinstance(obj, Mapping) or not all(k in obj for k in ("present", "over_count", "under_count")):
             raise ResultsFormatError(f"{where}: objects[{i}] lacks present / over_count / under_count")
         objects_ok.append(bool(obj["present"]) and not obj["over_count"] and not obj["under_count"])
-    statements: list[StatementRow] = []
-    for k, st in enumerate(_need(rec, "statements", list, where)):
-        field = f"statements[{k}]"
+    statements = _statement_rows(_need(rec, "statements", list, where), "statements", where)
+    probes = _statement_rows(rec.get("probes") or [], "probes", where)
+    return ImageRow(
+        prompt_id=prompt_id,
+        correct=correct,
+        failure_class=failure_class,
+        error=None,
+        objects_ok=tuple(objects_ok),
+        statements=statements,
+        probes=probes,
+        source_id=_optional_str(rec, "source_id", where),
+        form=_optional_str(rec, "form", where),
+        **common,
+    )
+
+
+_OUTCOMES = ("holds", "not", "dead_zone")
+
+
+def _statement_rows(items: Any, name: str, where: str) -> tuple[StatementRow, ...]:
+    """``statements`` (or ``probes``) of a results line as rows; raises ``ResultsFormatError`` naming the field."""
+    if not isinstance(items, list):
+        raise ResultsFormatError(f"{where}: field {name!r} must be a list")
+    out: list[StatementRow] = []
+    for k, st in enumerate(items):
+        field = f"{name}[{k}]"
         if not isinstance(st, Mapping):
             raise ResultsFormatError(f"{where}: {field} must be an object")
         for key in ("polarity", "passed", "evaluated"):
@@ -252,16 +283,14 @@ def parse_line(rec: Mapping[str, Any], *, source: str = "<memory>", line: int = 
         fired = st.get("fired")
         evaluated = bool(st["evaluated"])
         empty = evaluated and (fired == [] or bool(st.get("dead_zone", False)))
-        statements.append(StatementRow(polarity, passed, evaluated, cause, empty))
-    return ImageRow(
-        prompt_id=prompt_id,
-        correct=correct,
-        failure_class=failure_class,
-        error=None,
-        objects_ok=tuple(objects_ok),
-        statements=tuple(statements),
-        **common,
-    )
+        outcome = st.get("outcome")
+        if outcome is None and evaluated and isinstance(fired, list) and "requested" in st:  # written before outcome
+            outcome = "holds" if st["requested"] in fired else ("not" if fired else "dead_zone")
+        if outcome is not None and (outcome not in _OUTCOMES or not evaluated):
+            raise ResultsFormatError(f"{where}: {field}.outcome must be one of {_OUTCOMES} (evaluated only), "
+                                     f"got {outcome!r}")  # fmt: skip
+        out.append(StatementRow(polarity, passed, evaluated, cause, empty, outcome))
+    return tuple(out)
 
 
 def iter_rows(path: str | Path) -> Iterator[ImageRow]:

@@ -184,4 +184,7 @@ def write_csvs(report: dict[str, Any], out: Path) -> list[Path]:
         ],
         matched_rows(),
     )
+    from negt2i.metrics import probes
+
+    written += probes.write_csvs(report, out)  # control / paraphrase tables (negt2i.metrics.probes), if any
     return written

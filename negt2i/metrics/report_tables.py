@@ -369,9 +369,36 @@ def sections(report: dict[str, Any]) -> list[Section]:
                 [f"heatmap-{slugs[name]}.png", f"failures-{slugs[name]}.png"],
             )
         )
+    out.extend(probe_sections(report))
     for builder in _EXTRA_SECTIONS:
         out.extend(builder(report))
     return out
+
+
+PROBE_FIGURES: tuple[tuple[str, str], ...] = (
+    ("negation_following", "negation-following.png"),
+    ("wording_robustness", "wording-robustness.png"),
+)
+
+
+def probe_sections(report: dict[str, Any]) -> list[Section]:
+    """The probe-set section (negation following, wording robustness; ``negt2i.metrics.probes``), if any."""
+    from negt2i.metrics import probes
+
+    data = report.get("probes")
+    if not data:
+        return []
+    present = [k for k, _ in PROBE_FIGURES if any(k in m for m in data["models"].values())]
+    lead = " ".join(f"How to read {k.replace('_', ' ')}: {data['guide'][k]}" for k in present)
+    return [
+        Section(
+            "probes",
+            "Probe sets: negation following and wording robustness",
+            [Table(title, columns, rows, note=note) for title, columns, rows, note in probes.tables(report)],
+            [f for k, f in PROBE_FIGURES if k in present],
+            lead,
+        )
+    ]
 
 
 def all_tables(report: dict[str, Any]) -> list[Table]:

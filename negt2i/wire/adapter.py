@@ -347,14 +347,17 @@ def prompt_to_proto(prompt: Prompt) -> evaluator_pb2.PromptSpec:
         objects=[evaluator_pb2.ObjectSpec(class_name=o.class_name, count=o.count) for o in prompt.objects],
         extra_json=json.dumps(prompt.extra, sort_keys=True, separators=(",", ":")) if prompt.extra else "",
     )
-    for st in prompt.statements:
-        polarity = _POLARITY_TO[st.polarity]
-        if isinstance(st, AttributeStatement):
-            attr = evaluator_pb2.AttributeStatement(object=st.object, value=st.value)
-            msg.statements.append(evaluator_pb2.Statement(polarity=polarity, attribute=attr))  # type: ignore[arg-type]
-        else:
-            rel = evaluator_pb2.RelationStatement(subject=st.subject, target=st.target, predicate=st.predicate)
-            msg.statements.append(evaluator_pb2.Statement(polarity=polarity, relation=rel))  # type: ignore[arg-type]
+    for statements, into in ((prompt.statements, msg.statements), (prompt.probes, msg.probes)):
+        for st in statements:
+            polarity = _POLARITY_TO[st.polarity]
+            if isinstance(st, AttributeStatement):
+                attr = evaluator_pb2.AttributeStatement(object=st.object, value=st.value)
+                into.append(evaluator_pb2.Statement(polarity=polarity, attribute=attr))  # type: ignore[arg-type]
+            else:
+                rel = evaluator_pb2.RelationStatement(subject=st.subject, target=st.target, predicate=st.predicate)
+                into.append(evaluator_pb2.Statement(polarity=polarity, relation=rel))  # type: ignore[arg-type]
+    msg.source_id = prompt.source_id or ""
+    msg.form = prompt.form or ""
     return msg
 
 
@@ -363,9 +366,48 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
     if msg.category not in _CATEGORY_FROM:
         raise WireError(f"unknown category value {msg.category}", field=f"{field}.category")
     category = _CATEGORY_FROM[msg.category]
+    statements = _statements_from_proto(msg.statements, f"{field}.statements")
+    probes = _statements_from_proto(msg.probes, f"{field}.probes")
+    record: dict[str, Any] = {}
+    if msg.extra_json:
+        try:
+            extra = json.loads(msg.extra_json)
+        except json.JSONDecodeError as exc:
+            raise WireError(f"not valid JSON ({exc.msg})", field=f"{field}.extra_json") from None
+        if not isinstance(extra, dict):
+            raise WireError("must be a JSON object", field=f"{field}.extra_json")
+        record.update(extra)
+    record.update(
+        {
+            "id": msg.id,
+            "prompt": msg.prompt,
+            "tag": msg.tag,
+            "include": [{"class": o.class_name, "count": o.count} for o in msg.objects],
+            "statements": statements,
+        }
+    )
+    if probes:
+        record["probes"] = probes
+    if msg.source_id:
+        record["source_id"] = msg.source_id
+    if msg.form:
+        record["form"] = msg.form
+    if category is not None:
+        record["category"] = category.value
+    if not msg.id:
+        raise WireError("a prompt needs an id", field=f"{field}.id")
+    try:
+        return parse_prompt(record)
+    except SpecError as exc:
+        where = exc.field.replace("include", "objects") if exc.field else ""
+        raise WireError(exc.message, field=f"{field}.{where}" if where else field) from None
+
+
+def _statements_from_proto(msgs: Sequence[evaluator_pb2.Statement], where_prefix: str) -> list[dict[str, Any]]:
+    """Statement (or probe) messages as JSON records; a malformed one raises ``WireError`` naming it."""
     statements: list[dict[str, Any]] = []
-    for k, st in enumerate(msg.statements):
-        where = f"{field}.statements[{k}]"
+    for k, st in enumerate(msgs):
+        where = f"{where_prefix}[{k}]"
         if st.polarity not in _POLARITY_FROM:
             raise WireError("polarity must be POLARITY_POSITIVE or POLARITY_NEGATED", field=f"{where}.polarity")
         polarity = _POLARITY_FROM[st.polarity].value
@@ -386,33 +428,7 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
             )
         else:
             raise WireError("a statement needs an attribute or a relation", field=where)
-    record: dict[str, Any] = {}
-    if msg.extra_json:
-        try:
-            extra = json.loads(msg.extra_json)
-        except json.JSONDecodeError as exc:
-            raise WireError(f"not valid JSON ({exc.msg})", field=f"{field}.extra_json") from None
-        if not isinstance(extra, dict):
-            raise WireError("must be a JSON object", field=f"{field}.extra_json")
-        record.update(extra)
-    record.update(
-        {
-            "id": msg.id,
-            "prompt": msg.prompt,
-            "tag": msg.tag,
-            "include": [{"class": o.class_name, "count": o.count} for o in msg.objects],
-            "statements": statements,
-        }
-    )
-    if category is not None:
-        record["category"] = category.value
-    if not msg.id:
-        raise WireError("a prompt needs an id", field=f"{field}.id")
-    try:
-        return parse_prompt(record)
-    except SpecError as exc:
-        where = exc.field.replace("include", "objects") if exc.field else ""
-        raise WireError(exc.message, field=f"{field}.{where}" if where else field) from None
+    return statements
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -456,7 +472,10 @@ def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
         if o.top_score is not None:
             ov.top_score = o.top_score
         msg.objects.append(ov)
-    for s in verdict.statements:
+    msg.source_id = verdict.source_id or ""
+    msg.form = verdict.form or ""
+    pairs = [(s, msg.statements) for s in verdict.statements] + [(s, msg.probes) for s in verdict.probes]
+    for s, into in pairs:
         sv = evaluator_pb2.StatementVerdict(
             index=s.index,
             kind=s.kind,
@@ -474,7 +493,7 @@ def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
         )
         if s.fired is not None:
             sv.fired.values.extend(s.fired)
-        msg.statements.append(sv)
+        into.append(sv)
     return msg
 
 
@@ -512,9 +531,14 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
         "config": json.loads(msg.config_json) if msg.config_json else {},
         "evaluator_version": msg.evaluator_version,
     }
-    for s in msg.statements:
+    if msg.source_id:
+        data["source_id"] = msg.source_id
+    if msg.form:
+        data["form"] = msg.form
+    data["probes"] = []
+    for s, key in [(s, "statements") for s in msg.statements] + [(s, "probes") for s in msg.probes]:
         cause = evaluator_pb2.FailureCause.Name(s.cause).removeprefix("FAILURE_CAUSE_").lower()
-        data["statements"].append(
+        data[key].append(
             {
                 "index": s.index,
                 "kind": s.kind,

@@ -297,6 +297,9 @@ class PromptSpec(_message.Message):
     OBJECTS_FIELD_NUMBER: _builtins.int
     STATEMENTS_FIELD_NUMBER: _builtins.int
     EXTRA_JSON_FIELD_NUMBER: _builtins.int
+    PROBES_FIELD_NUMBER: _builtins.int
+    SOURCE_ID_FIELD_NUMBER: _builtins.int
+    FORM_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Prompt id, e.g. "color-pos0_neg1-000"."""
     prompt: _builtins.str
@@ -307,6 +310,10 @@ class PromptSpec(_message.Message):
     """GenEval's tag (defaults to the category's name)."""
     extra_json: _builtins.str
     """Unknown record keys kept verbatim, as a JSON object ("" when none)."""
+    source_id: _builtins.str
+    """The corpus prompt a control / paraphrase prompt was made from ("" when none)."""
+    form: _builtins.str
+    """The wording of a paraphrase prompt ("" when none)."""
     @_builtins.property
     def objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectSpec]:
         """The named objects (at least one)."""
@@ -314,6 +321,12 @@ class PromptSpec(_message.Message):
     @_builtins.property
     def statements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Statement]:
         """The statements, in order."""
+
+    @_builtins.property
+    def probes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Statement]:
+        """Probes: statements measured and recorded in Verdict.probes, never part of correctness
+        (a control prompt keeps its source prompt's statements here).
+        """
 
     def __init__(
         self,
@@ -325,10 +338,13 @@ class PromptSpec(_message.Message):
         objects: _abc.Iterable[Global___ObjectSpec] | None = ...,
         statements: _abc.Iterable[Global___Statement] | None = ...,
         extra_json: _builtins.str = ...,
+        probes: _abc.Iterable[Global___Statement] | None = ...,
+        source_id: _builtins.str = ...,
+        form: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "extra_json", b"extra_json", "id", b"id", "objects", b"objects", "prompt", b"prompt", "statements", b"statements", "tag", b"tag"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "extra_json", b"extra_json", "form", b"form", "id", b"id", "objects", b"objects", "probes", b"probes", "prompt", b"prompt", "source_id", b"source_id", "statements", b"statements", "tag", b"tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -564,6 +580,9 @@ class Verdict(_message.Message):
     STATEMENTS_FIELD_NUMBER: _builtins.int
     CONFIG_JSON_FIELD_NUMBER: _builtins.int
     EVALUATOR_VERSION_FIELD_NUMBER: _builtins.int
+    PROBES_FIELD_NUMBER: _builtins.int
+    SOURCE_ID_FIELD_NUMBER: _builtins.int
+    FORM_FIELD_NUMBER: _builtins.int
     prompt_id: _builtins.str
     """The prompt's id."""
     tag: _builtins.str
@@ -584,6 +603,10 @@ class Verdict(_message.Message):
     """The rule config record (name, digest and every constant), as a JSON object."""
     evaluator_version: _builtins.str
     """Version of the evaluator that judged."""
+    source_id: _builtins.str
+    """The prompt's source_id ("" when none)."""
+    form: _builtins.str
+    """The prompt's form ("" when none)."""
     @_builtins.property
     def objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectVerdict]:
         """Per-object decisions."""
@@ -591,6 +614,10 @@ class Verdict(_message.Message):
     @_builtins.property
     def statements(self) -> _containers.RepeatedCompositeFieldContainer[Global___StatementVerdict]:
         """Per-statement decisions."""
+
+    @_builtins.property
+    def probes(self) -> _containers.RepeatedCompositeFieldContainer[Global___StatementVerdict]:
+        """Per-probe decisions (the prompt's probes, judged like statements, never part of correct)."""
 
     def __init__(
         self,
@@ -607,10 +634,13 @@ class Verdict(_message.Message):
         statements: _abc.Iterable[Global___StatementVerdict] | None = ...,
         config_json: _builtins.str = ...,
         evaluator_version: _builtins.str = ...,
+        probes: _abc.Iterable[Global___StatementVerdict] | None = ...,
+        source_id: _builtins.str = ...,
+        form: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "config_json", b"config_json", "correct", b"correct", "evaluator_version", b"evaluator_version", "failure_class", b"failure_class", "objects", b"objects", "prompt", b"prompt", "prompt_id", b"prompt_id", "reason", b"reason", "setting", b"setting", "statements", b"statements", "tag", b"tag"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "config_json", b"config_json", "correct", b"correct", "evaluator_version", b"evaluator_version", "failure_class", b"failure_class", "form", b"form", "objects", b"objects", "probes", b"probes", "prompt", b"prompt", "prompt_id", b"prompt_id", "reason", b"reason", "setting", b"setting", "source_id", b"source_id", "statements", b"statements", "tag", b"tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
