@@ -25,13 +25,14 @@ import contextlib
 import json
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from negt2i.config import RuleConfig
 from negt2i.spec import Prompt
+from negt2i.transport import RETRYABLE, Tls, backoff_delay, metadata, open_channel, token_from_env
 from negt2i.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -43,6 +44,10 @@ HEALTH_SERVICE: Final = "negt2i.v1.Evaluator"
 DEFAULT_MAX_MESSAGE_BYTES: Final = 32 * 1024 * 1024
 TRANSIENT: Final[frozenset[str]] = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "CANCELLED"})
 """Status codes after which an item is retried by the next run rather than written as an error line."""
+DEFAULT_ITEM_TIMEOUT_S: Final = 600.0
+"""``submit``: an item unanswered this long (from its first send) ends the run with a clear error."""
+DEFAULT_ATTEMPTS: Final = 10
+"""Sends of one item (or unary call) before a RESOURCE_EXHAUSTED / UNAVAILABLE answer is final."""
 
 
 class ClientError(RuntimeError):
@@ -98,15 +103,11 @@ def make_request(
     return req
 
 
-def _options(max_message_bytes: int) -> list[tuple[str, int | str]]:
-    """Channel options: message limits, and per-call round-robin over every address the target
-    resolves to (a headless Kubernetes Service lists one per orchestrator pod; gRPC keeps
-    connections open, so without this one pod would take all of a client's calls)."""
-    return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.lb_policy_name", "round_robin"),
-    ]
+def _room(end: float | None, delay: float) -> bool:
+    """Whether a retry after ``delay`` seconds still starts before ``end``."""
+    import time
+
+    return end is None or time.monotonic() + delay < end
 
 
 def _error(exc: Exception) -> ClientError:
@@ -116,18 +117,31 @@ def _error(exc: Exception) -> ClientError:
 
 
 class EvaluatorClient:
-    """Blocking client of ``negt2i.v1.Evaluator``."""
+    """Blocking client of ``negt2i.v1.Evaluator``.
+
+    ``tls`` (``negt2i.transport.Tls``, default from ``NEGT2I_CLIENT_TLS_*``) makes the channel secure,
+    ``token`` (default ``NEGT2I_TOKEN`` / ``NEGT2I_TOKEN_FILE``) is sent as a bearer token, and ``evaluate``
+    retries RESOURCE_EXHAUSTED / UNAVAILABLE with backoff (``attempts`` sends) within its timeout.
+    """
 
     def __init__(
-        self, target: str, *, timeout: float | None = 300.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+        self,
+        target: str,
+        *,
+        timeout: float | None = 300.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls: Tls | None = None,
+        token: str | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
     ):
-        import grpc
-
         from negt2i.wire.v1 import evaluator_pb2_grpc
 
         self.target = target
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(target, options=_options(max_message_bytes))
+        self.attempts = max(1, attempts)
+        self.metadata = metadata(token_from_env() if token is None else token)
+        tls = Tls.from_env() if tls is None else tls
+        self.channel = open_channel(target, max_message_bytes=max_message_bytes, tls=tls)
         self.stub = evaluator_pb2_grpc.EvaluatorStub(self.channel)
 
     def __enter__(self) -> EvaluatorClient:
@@ -145,7 +159,7 @@ class EvaluatorClient:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
         stub = health_pb2_grpc.HealthStub(self.channel)
-        resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout, metadata=self.metadata)
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))
 
     def wait_ready(self, timeout: float = 60.0, interval: float = 0.25) -> bool:
@@ -167,7 +181,9 @@ class EvaluatorClient:
         from negt2i.wire.v1 import evaluator_pb2
 
         try:
-            return self.stub.GetServiceInfo(evaluator_pb2.GetServiceInfoRequest(), timeout=30)  # type: ignore[no-any-return]
+            return self.stub.GetServiceInfo(  # type: ignore[no-any-return]
+                evaluator_pb2.GetServiceInfoRequest(), timeout=30, metadata=self.metadata
+            )
         except Exception as exc:
             raise _error(exc) from None
 
@@ -181,39 +197,64 @@ class EvaluatorClient:
         timeout: float | None = None,
         include_perception: bool = False,
     ) -> EvaluateResult:
-        """Judge one image; raises ``ClientError`` with the status code."""
+        """Judge one image; raises ``ClientError`` with the status code (after the retries)."""
+        import time
+
         req = make_request(
             image, prompt=prompt, prompt_id=prompt_id, request_id=request_id, include_perception=include_perception
         )
-        try:
-            resp = self.stub.Evaluate(req, timeout=timeout or self.timeout)
-        except Exception as exc:
-            raise _error(exc) from None
-        return EvaluateResult.from_proto(resp)
+        budget = timeout or self.timeout
+        end = None if budget is None else time.monotonic() + budget
+        attempt = 0
+        while True:
+            left = None if end is None else end - time.monotonic()
+            try:
+                resp = self.stub.Evaluate(req, timeout=left, metadata=self.metadata)
+                return EvaluateResult.from_proto(resp)
+            except Exception as exc:
+                err = _error(exc)
+                delay = backoff_delay(attempt)
+                attempt += 1
+                if err.code not in RETRYABLE or attempt >= self.attempts or not _room(end, delay):
+                    raise err from None
+                time.sleep(delay)
+
+    def stream_call(self, requests: Iterable[evaluator_pb2.EvaluateRequest], *, timeout: float | None = None) -> Any:
+        """The raw ``EvaluateStream`` call (an iterator of responses with ``cancel()`` and
+        ``initial_metadata()``); grpc errors are raised as ``grpc.RpcError``."""
+        return self.stub.EvaluateStream(iter(requests), timeout=timeout, metadata=self.metadata)
 
     def stream(
         self, requests: Iterable[evaluator_pb2.EvaluateRequest], *, timeout: float | None = None
     ) -> Iterator[evaluator_pb2.EvaluateStreamResponse]:
         """``EvaluateStream``: responses as they complete (per-item errors inside them)."""
         try:
-            yield from self.stub.EvaluateStream(iter(requests), timeout=timeout)
+            yield from self.stream_call(requests, timeout=timeout)
         except Exception as exc:
             raise _error(exc) from None
 
 
 class AsyncEvaluatorClient:
-    """asyncio client of ``negt2i.v1.Evaluator`` (same methods as ``EvaluatorClient``, awaited)."""
+    """asyncio client of ``negt2i.v1.Evaluator`` (same methods and options as ``EvaluatorClient``, awaited)."""
 
     def __init__(
-        self, target: str, *, timeout: float | None = 300.0, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+        self,
+        target: str,
+        *,
+        timeout: float | None = 300.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls: Tls | None = None,
+        token: str | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
     ):
-        import grpc
-
         from negt2i.wire.v1 import evaluator_pb2_grpc
 
         self.target = target
         self.timeout = timeout
-        self.channel = grpc.aio.insecure_channel(target, options=_options(max_message_bytes))
+        self.attempts = max(1, attempts)
+        self.metadata = metadata(token_from_env() if token is None else token)
+        tls = Tls.from_env() if tls is None else tls
+        self.channel = open_channel(target, max_message_bytes=max_message_bytes, tls=tls, aio=True)
         self.stub = evaluator_pb2_grpc.EvaluatorStub(self.channel)
 
     async def __aenter__(self) -> AsyncEvaluatorClient:
@@ -231,7 +272,9 @@ class AsyncEvaluatorClient:
         from negt2i.wire.v1 import evaluator_pb2
 
         try:
-            return await self.stub.GetServiceInfo(evaluator_pb2.GetServiceInfoRequest(), timeout=30)  # type: ignore[no-any-return]
+            return await self.stub.GetServiceInfo(  # type: ignore[no-any-return]
+                evaluator_pb2.GetServiceInfoRequest(), timeout=30, metadata=self.metadata
+            )
         except Exception as exc:
             raise _error(exc) from None
 
@@ -245,21 +288,34 @@ class AsyncEvaluatorClient:
         timeout: float | None = None,
         include_perception: bool = False,
     ) -> EvaluateResult:
-        """Judge one image; raises ``ClientError`` with the status code."""
+        """Judge one image; raises ``ClientError`` with the status code (after the retries)."""
+        import asyncio
+        import time
+
         req = make_request(
             image, prompt=prompt, prompt_id=prompt_id, request_id=request_id, include_perception=include_perception
         )
-        try:
-            resp = await self.stub.Evaluate(req, timeout=timeout or self.timeout)
-        except Exception as exc:
-            raise _error(exc) from None
-        return EvaluateResult.from_proto(resp)
+        budget = timeout or self.timeout
+        end = None if budget is None else time.monotonic() + budget
+        attempt = 0
+        while True:
+            left = None if end is None else end - time.monotonic()
+            try:
+                resp = await self.stub.Evaluate(req, timeout=left, metadata=self.metadata)
+                return EvaluateResult.from_proto(resp)
+            except Exception as exc:
+                err = _error(exc)
+                delay = backoff_delay(attempt)
+                attempt += 1
+                if err.code not in RETRYABLE or attempt >= self.attempts or not _room(end, delay):
+                    raise err from None
+                await asyncio.sleep(delay)
 
     async def stream(
         self, requests: AsyncIterator[evaluator_pb2.EvaluateRequest] | Iterable[evaluator_pb2.EvaluateRequest]
     ) -> AsyncIterator[evaluator_pb2.EvaluateStreamResponse]:
         """``EvaluateStream``: responses as they complete."""
-        call = self.stub.EvaluateStream(requests)
+        call = self.stub.EvaluateStream(requests, metadata=self.metadata)
         try:
             async for resp in call:
                 yield resp
@@ -279,6 +335,10 @@ class SubmitOutcome:
     """Filenames that failed transiently (no line written; a rerun judges them)."""
     stream_error: str | None = None
     """Why the stream itself ended early, if it did."""
+    retried: int = 0
+    """Sends repeated after RESOURCE_EXHAUSTED / UNAVAILABLE (of an item, or of a failed stream's items)."""
+    answers: int = 0
+    """Responses received (retried ones included)."""
 
 
 def _record_of(
@@ -337,6 +397,103 @@ def select_shard(jobs: Sequence[Job], shard: tuple[int, int] | None) -> list[Job
     return [job for i, job in enumerate(jobs) if i % count == index]
 
 
+class _Feeder:
+    """The request side of ``submit``'s streams: new items and due retries, never more than ``window``
+    unanswered (the server's grant). Thread-safe: grpc pulls requests on its own thread."""
+
+    def __init__(self, indices: Sequence[int], window: int) -> None:
+        import collections
+        import threading
+
+        self.window = max(1, window)
+        self.new: collections.deque[int] = collections.deque(indices)
+        self.retry: list[tuple[float, int]] = []  # heap of (due, index)
+        self.outstanding: dict[int, float] = {}  # index -> when it was sent
+        self.generation = 0
+        self.cond = threading.Condition()
+
+    def finished(self) -> bool:
+        with self.cond:
+            return not (self.new or self.retry or self.outstanding)
+
+    def requests(self, make: Callable[[int], evaluator_pb2.EvaluateRequest | None]) -> Iterator[Any]:
+        """The request iterator of one stream; it ends when every item is answered (or the stream is
+        abandoned with ``abandon``)."""
+        import heapq
+        import time
+
+        with self.cond:
+            generation = self.generation
+        while True:
+            with self.cond:
+                while True:
+                    if self.generation != generation:
+                        return
+                    now = time.monotonic()
+                    index: int | None = None
+                    if len(self.outstanding) < self.window:
+                        if self.retry and self.retry[0][0] <= now:
+                            index = heapq.heappop(self.retry)[1]
+                        elif self.new:
+                            index = self.new.popleft()
+                    if index is not None:
+                        self.outstanding[index] = now
+                        break
+                    if not (self.new or self.retry or self.outstanding):
+                        return
+                    wait = self.retry[0][0] - now if self.retry else 1.0
+                    self.cond.wait(timeout=min(max(wait, 0.01), 1.0))
+            request = make(index)
+            if request is None:  # failed locally (unreadable file): answered already
+                self.answered(index)
+                continue
+            yield request
+
+    def answered(self, index: int) -> None:
+        with self.cond:
+            self.outstanding.pop(index, None)
+            self.cond.notify_all()
+
+    def again(self, index: int, delay: float) -> None:
+        import heapq
+        import time
+
+        with self.cond:
+            self.outstanding.pop(index, None)
+            heapq.heappush(self.retry, (time.monotonic() + delay, index))
+            self.cond.notify_all()
+
+    def oldest(self) -> float | None:
+        """When the longest-unanswered item was sent (None: nothing is outstanding)."""
+        with self.cond:
+            return min(self.outstanding.values()) if self.outstanding else None
+
+    def abandon(self, delay: float) -> list[int]:
+        """End the current stream's iterator; its unanswered items are sent again after ``delay``."""
+        import heapq
+        import time
+
+        with self.cond:
+            self.generation += 1
+            lost = list(self.outstanding)
+            for index in lost:
+                heapq.heappush(self.retry, (time.monotonic() + delay, index))
+            self.outstanding.clear()
+            self.cond.notify_all()
+            return lost
+
+    def drain(self) -> list[int]:
+        """Stop: every item not yet answered (never sent, waiting for a retry, or in flight)."""
+        with self.cond:
+            self.generation += 1
+            left = list(self.new) + [i for _, i in self.retry] + list(self.outstanding)
+            self.new.clear()
+            self.retry.clear()
+            self.outstanding.clear()
+            self.cond.notify_all()
+            return sorted(left)
+
+
 def submit(
     jobs: Sequence[Job],
     out: str | Path,
@@ -344,13 +501,29 @@ def submit(
     *,
     limit: int | None = None,
     timeout: float | None = None,
+    item_timeout: float = DEFAULT_ITEM_TIMEOUT_S,
+    attempts: int = DEFAULT_ATTEMPTS,
     progress: bool = True,
     client: EvaluatorClient | None = None,
     save_perception: str | Path | None = None,
 ) -> SubmitOutcome:
     """Stream ``jobs`` (the first ``limit``) to the orchestrator at ``target`` and write ``out`` like
-    ``negt2i evaluate`` (see the module docstring); ``save_perception`` as for ``negt2i evaluate``
-    (the orchestrator is asked for the perception with ``include_perception``)."""
+    ``negt2i evaluate`` (see the module docstring). ``save_perception`` as for ``negt2i evaluate`` (the
+    orchestrator is asked for the perception with ``include_perception``).
+
+    Flow control and retries: at most ``ServiceInfo.limits.max_in_flight_per_stream`` items are unanswered
+    at once; an item answered RESOURCE_EXHAUSTED / UNAVAILABLE is sent again after a jittered exponential
+    backoff (``negt2i.transport.backoff_delay``), up to ``attempts`` sends, while its ``item_timeout`` (from
+    its first send) and the whole run's ``timeout`` leave room. A stream that fails with one of those codes
+    (orchestrator restarting, connection lost) is reopened with backoff and its unanswered items resent.
+    When no answer arrives for ``item_timeout`` seconds while items are in flight, the run stops with a
+    clear error (``stream_error``); what was not judged gets no line (a rerun judges it).
+    """
+    import threading
+    import time
+
+    from tqdm import tqdm
+
     from negt2i.evaluate import Summary, error_line, load_image, resume_state
     from negt2i.perception_file import PerceptionWriter
     from negt2i.results import write_line
@@ -376,23 +549,28 @@ def submit(
             out_path.parent.mkdir(parents=True, exist_ok=True)
         pending: dict[int, dict[str, Any] | None] = {}
         local: dict[int, str] = {}
+        sends: dict[int, int] = {}
+        first_sent: dict[int, float] = {}
+        window = int(info.limits.max_in_flight_per_stream) or 32
+        feeder = _Feeder(range(len(todo)), window)
+        run_end = None if timeout is None else time.monotonic() + timeout
 
-        def requests() -> Iterator[evaluator_pb2.EvaluateRequest]:
-            for i, job in enumerate(todo):
-                if job.error is not None or job.prompt is None:
-                    local[i] = job.error or "missing_metadata: no prompt"
-                    continue
-                try:
-                    load_image(job.path)  # the same check (and message) as negt2i evaluate
-                    data = job.path.read_bytes()
-                except (ValueError, OSError) as exc:
-                    local[i] = f"unreadable_image: {job.filename}: {exc}"
-                    continue
-                yield make_request(
-                    data, prompt=job.prompt, request_id=str(i), include_perception=save_perception is not None
-                )
-
-        from tqdm import tqdm
+        def make(i: int) -> evaluator_pb2.EvaluateRequest | None:
+            job = todo[i]
+            if job.error is not None or job.prompt is None:
+                local[i] = job.error or "missing_metadata: no prompt"
+                return None
+            try:
+                load_image(job.path)  # the same check (and message) as negt2i evaluate
+                data = job.path.read_bytes()
+            except (ValueError, OSError) as exc:
+                local[i] = f"unreadable_image: {job.filename}: {exc}"
+                return None
+            sends[i] = sends.get(i, 0) + 1
+            first_sent.setdefault(i, time.monotonic())
+            return make_request(
+                data, prompt=job.prompt, request_id=str(i), include_perception=save_perception is not None
+            )
 
         bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="submit")
         next_index = 0
@@ -424,21 +602,94 @@ def submit(
                     next_index += 1
                     bar.update(1)
 
-            try:
-                for resp in cl.stream(requests(), timeout=timeout):
+            def give_up(i: int) -> None:
+                pending[i] = None
+                outcome.retry.append(todo[i].filename)
+
+            def handle(resp: evaluator_pb2.EvaluateStreamResponse) -> None:
+                try:
                     i = int(resp.request_id)
-                    pending[i] = _record_of(
-                        resp, todo[i], config=config, models=models, services=services, outcome=outcome,
-                        perceptions=perceptions if side is not None else None,
-                    )  # fmt: skip
-                    flush()
-            except ClientError as exc:
-                outcome.stream_error = str(exc)
-            # items the stream never answered (it ended early) get no line: left for a rerun
+                    todo[i]
+                except (ValueError, IndexError):
+                    print(f"warning: ignoring an answer for unknown request {resp.request_id[:64]!r}", file=sys.stderr)
+                    return
+                if resp.HasField("error") and _code_name(resp.error.code) in RETRYABLE:
+                    delay = backoff_delay(sends.get(i, 1) - 1)
+                    now = time.monotonic()
+                    room = now + delay - first_sent.get(i, now) < item_timeout and _room(run_end, delay)
+                    if sends.get(i, 0) < attempts and room:
+                        outcome.retried += 1
+                        bar.set_postfix(retried=outcome.retried, refresh=False)
+                        feeder.again(i, delay)
+                        return
+                feeder.answered(i)
+                pending[i] = _record_of(
+                    resp, todo[i], config=config, models=models, services=services, outcome=outcome,
+                    perceptions=perceptions if side is not None else None,
+                )  # fmt: skip
+                flush()
+
+            stream_failures = 0
+            while not feeder.finished():
+                stalled: list[str] = []
+                stop_watch = threading.Event()
+                left = None if run_end is None else run_end - time.monotonic()
+                if left is not None and left <= 0:
+                    outcome.stream_error = f"DEADLINE_EXCEEDED: the run's timeout of {timeout:.0f} s passed"
+                    break
+                call = cl.stream_call(feeder.requests(make), timeout=left)
+
+                def watch(call: Any = call, stalled: list[str] = stalled, stop: threading.Event = stop_watch) -> None:
+                    last = time.monotonic()
+                    seen = outcome.answers
+                    while not stop.wait(0.5):
+                        if outcome.answers != seen:
+                            seen, last = outcome.answers, time.monotonic()
+                        oldest = feeder.oldest()
+                        if oldest is not None and time.monotonic() - max(oldest, last) > item_timeout:
+                            stalled.append(
+                                f"the orchestrator at {target} stopped answering: no answer for {item_timeout:.0f} s "
+                                f"with {len(feeder.outstanding)} images in flight"
+                            )
+                            call.cancel()
+                            return
+
+                watcher = threading.Thread(target=watch, name="submit-watchdog", daemon=True)
+                watcher.start()
+                try:
+                    for resp in call:
+                        outcome.answers += 1
+                        stream_failures = 0
+                        handle(resp)
+                except Exception as exc:  # grpc.RpcError: the stream itself failed
+                    err = _error(exc)
+                    if stalled:
+                        outcome.stream_error = stalled[0]
+                        break
+                    delay = backoff_delay(stream_failures)
+                    stream_failures += 1
+                    if err.code in RETRYABLE and stream_failures < attempts and _room(run_end, delay):
+                        lost = feeder.abandon(delay)
+                        outcome.retried += len(lost)
+                        print(
+                            f"warning: the stream ended ({err.code}: {err.details[:200]}); reconnecting in "
+                            f"{delay:.1f} s and resending {len(lost)} images",
+                            file=sys.stderr,
+                        )
+                        time.sleep(delay)
+                        continue
+                    outcome.stream_error = str(err)
+                    break
+                finally:
+                    stop_watch.set()
+                    watcher.join()
+            # items never answered (the run stopped early) get no line: left for a rerun
+            for i in feeder.drain():
+                if i not in pending and i not in local:
+                    give_up(i)
             for i in range(next_index, len(todo)):
                 if i not in pending and i not in local:
-                    pending[i] = None
-                    outcome.retry.append(todo[i].filename)
+                    give_up(i)
             flush()
         bar.close()
         return outcome

@@ -81,9 +81,20 @@ def _visible(path: Path) -> bool:
     return not _HIDDEN.match(path.name)
 
 
-def _read_metadata(folder: Path) -> tuple[Prompt | None, str | None, str | None]:
+def _inside(path: Path, real_root: Path) -> bool:
+    """Whether ``path`` (symlinks resolved) lies under ``real_root``: image folders are never followed out of
+    their root through symlinks."""
+    try:
+        return path.resolve().is_relative_to(real_root)
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
+def _read_metadata(folder: Path, real_root: Path | None = None) -> tuple[Prompt | None, str | None, str | None]:
     """(prompt, error, prompt id) of a GenEval prompt folder."""
     meta = folder / "metadata.jsonl"
+    if real_root is not None and meta.exists() and not _inside(meta, real_root):
+        return None, f"missing_metadata: {folder.name}/metadata.jsonl is a link out of the image folder", None
     if not meta.is_file():
         return None, f"missing_metadata: {folder.name}/metadata.jsonl not found", None
     try:
@@ -112,17 +123,26 @@ def geneval_jobs(root: Path, warn: Callable[[str], None] | None = None) -> list[
     """Jobs of a GenEval-layout folder, in stable order (see the module docstring)."""
     warn = warn or (lambda msg: print(f"warning: {msg}", file=sys.stderr))
     jobs: list[Job] = []
+    real_root = root.resolve()
     entries = sorted(p for p in root.iterdir() if _visible(p))
+    outside = [p.name for p in entries if not _inside(p, real_root)]
+    if outside:
+        warn(f"{root}: ignoring links out of the folder: {', '.join(outside[:5])}{' ...' if len(outside) > 5 else ''}")
+        entries = [p for p in entries if p.name not in set(outside)]
     stray = [p.name for p in entries if not p.is_dir()]
     if stray:
         warn(f"{root}: ignoring files outside prompt folders: {', '.join(stray[:5])}{' ...' if len(stray) > 5 else ''}")
     for folder in (p for p in entries if p.is_dir()):
         samples_dir = folder / "samples"
         samples = sorted(p for p in samples_dir.iterdir() if _visible(p)) if samples_dir.is_dir() else []
+        linked = [p for p in samples if not _inside(p, real_root)]
+        if linked:
+            warn(f"{samples_dir}: ignoring {len(linked)} links out of the image folder (e.g. {linked[0].name})")
+            samples = [p for p in samples if p not in set(linked)]
         if not samples:
             warn(f"{folder}: no images under samples/")
             continue
-        prompt, error, pid = _read_metadata(folder)
+        prompt, error, pid = _read_metadata(folder, real_root)
         for position, path in enumerate(samples):
             filename = path.relative_to(root).as_posix()
             jobs.append(Job(filename, path, _sample_index(path, position), prompt, error, pid))

@@ -52,27 +52,42 @@ def _compress(runs: list[int]) -> str:
     return "".join(out)
 
 
-def _decompress(counts: str) -> list[int]:
-    runs: list[int] = []
-    pos = 0
-    data = counts.encode("ascii")
-    while pos < len(data):
-        x = 0
-        k = 0
-        more = True
-        while more:
-            if pos >= len(data):
-                raise ValueError("truncated compressed RLE string")
-            c = data[pos] - 48
-            x |= (c & 0x1F) << (5 * k)
-            more = bool(c & 0x20)
-            pos += 1
-            k += 1
-            if not more and (c & 0x10):
-                x |= -1 << (5 * k)
-        if len(runs) > 2:
-            x += runs[-2]
-        runs.append(x)
+MAX_CHARS_PER_RUN = 12
+"""Longest encoding of one run in a compressed string (12 x 5 = 60 bits, within int64)."""
+
+
+def max_compressed_chars(height: int, width: int) -> int:
+    """An upper bound on the length of a valid compressed ``counts`` string of a ``height x width`` mask:
+    ``2 x H x W + 16`` (every run but the first covers at least one pixel and, difference-coded, takes at
+    most one character per pixel it covers plus one). Longer strings are refused before decoding."""
+    return 2 * max(0, height) * max(0, width) + 16
+
+
+def _decompress(counts: str) -> NDArray[np.int64]:
+    """Run lengths of a compressed string, vectorized (linear time, no per-character Python loop)."""
+    try:
+        data = np.frombuffer(counts.encode("ascii"), dtype=np.uint8).astype(np.int64) - 48
+    except UnicodeEncodeError:
+        raise ValueError("a compressed RLE string is ASCII") from None
+    if data.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if data.min() < 0 or data.max() > 63:
+        raise ValueError("not a compressed RLE string (characters outside '0'..'o')")
+    more = (data & 0x20) != 0
+    if more[-1]:
+        raise ValueError("truncated compressed RLE string")
+    ends = np.flatnonzero(~more)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    if lengths.max() > MAX_CHARS_PER_RUN:
+        raise ValueError(f"a run takes more than {MAX_CHARS_PER_RUN} characters")
+    shift = 5 * (np.arange(data.size) - np.repeat(starts, lengths))
+    x = np.add.reduceat((data & 0x1F) << shift, starts)
+    negative = (data[ends] & 0x10) != 0
+    x[negative] -= np.left_shift(1, 5 * lengths[negative])  # sign extension: x | (-1 << 5k)
+    runs = x.copy()
+    runs[1::2] = np.cumsum(x[1::2])  # each run after the second is stored as the difference to the run two before
+    runs[2::2] = np.cumsum(x[2::2])
     return runs
 
 
@@ -92,10 +107,14 @@ def decode(rle: RLE | dict[str, Any]) -> NDArray[np.bool_]:
         raise ValueError("an RLE record needs 'size': [height, width] and 'counts'") from None
     if isinstance(counts, bytes):
         counts = counts.decode("ascii")
-    runs = _decompress(counts) if isinstance(counts, str) else [int(c) for c in counts]
-    if any(r < 0 for r in runs):
+    if h < 0 or w < 0:
+        raise ValueError(f"RLE size {h} x {w} is negative")
+    if isinstance(counts, str) and len(counts) > max_compressed_chars(h, w):
+        raise ValueError(f"{len(counts)} characters is too long for a {h} x {w} mask")
+    runs = _decompress(counts) if isinstance(counts, str) else np.array([int(c) for c in counts], dtype=np.int64)
+    if runs.size and runs.min() < 0:
         raise ValueError("RLE has a negative run length")
-    total = sum(runs)
+    total = int(runs.sum())
     if total != h * w:
         raise ValueError(f"RLE runs cover {total} pixels, expected {h} x {w} = {h * w}")
     values = np.zeros(len(runs), dtype=bool)
@@ -107,5 +126,5 @@ def decode(rle: RLE | dict[str, Any]) -> NDArray[np.bool_]:
 def area(rle: RLE | dict[str, Any]) -> int:
     """Foreground pixel count of an RLE record without decoding it."""
     counts = rle["counts"]
-    runs = _decompress(counts) if isinstance(counts, str) else list(counts)
-    return int(sum(runs[1::2]))
+    runs = _decompress(counts) if isinstance(counts, str) else np.array([int(c) for c in counts], dtype=np.int64)
+    return int(runs[1::2].sum())

@@ -47,6 +47,17 @@ from negt2i.jsonl import iter_json_lines
 from negt2i.vocab import BENCHMARK_CLASSES, COCO_CLASSES, PREDICATES, VALUES, Category
 
 SETTING_RE = re.compile(r"^pos(\d+)_neg(\d+)$")
+
+MAX_OBJECTS = 16
+"""Most ``include`` entries per prompt (the corpus uses at most 5)."""
+MAX_STATEMENTS = 64
+"""Most statements per prompt (the corpus uses at most 4)."""
+MAX_TEXT_CHARS = 4096
+"""Longest text field of a prompt: ``id``, ``prompt``, ``tag``, class names, values, predicates."""
+MAX_EXTRA_BYTES = 64 * 1024
+"""Largest JSON of the extra (unknown) keys of a prompt, in bytes (UTF-8)."""
+MAX_EXTRA_DEPTH = 16
+"""Deepest nesting of the extra keys' JSON values (a scalar is depth 0, ``[1]`` depth 1)."""
 _KNOWN_KEYS = frozenset(
     {"id", "tag", "category", "setting", "prompt", "include", "statements", "exclude", "probes", "source_id", "form"}
 )
@@ -257,16 +268,86 @@ def _validate_statements(p: Prompt, statements: tuple[Statement, ...], key: str)
                 )
             if st.subject == st.target:
                 _fail(f"{field}.target", "a relation's subject and target must be different objects")
-    made = [(s.model_dump_json(exclude={"polarity"})) for s in statements]
-    for k, made_k in enumerate(made):
-        if made_k in made[:k]:
+    made: set[tuple[Any, ...]] = set()  # linear: one set lookup per statement
+    for k, st in enumerate(statements):
+        same: tuple[Any, ...] = (
+            ("attribute", st.object, st.value)
+            if isinstance(st, AttributeStatement)
+            else ("relation", st.subject, st.target, st.predicate)
+        )
+        if same in made:
             _fail(f"{key}[{k}]", "the same statement is made twice")
+        made.add(same)
+
+
+def json_depth(value: Any, limit: int) -> int:
+    """Nesting depth of a JSON value (scalar 0, ``[]`` / ``{}`` 1), counted iteratively up to ``limit + 1``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, Mapping | list | tuple):
+            d += 1
+            deepest = max(deepest, d)
+            if deepest > limit:
+                return deepest
+            stack.extend((c, d) for c in (v.values() if isinstance(v, Mapping) else v))
+    return deepest
+
+
+def check_extra(extra: Mapping[str, Any], field: str = "extra") -> None:
+    """The size and depth limits of a prompt's extra keys (``MAX_EXTRA_BYTES``, ``MAX_EXTRA_DEPTH``)."""
+    depth = json_depth(extra, MAX_EXTRA_DEPTH + 1)
+    if depth > MAX_EXTRA_DEPTH + 1:  # the record itself is one level
+        raise SpecError(f"nested deeper than {MAX_EXTRA_DEPTH} levels", field=field)
+    try:
+        size = len(json.dumps(dict(extra), ensure_ascii=False, separators=(",", ":")).encode())
+    except (TypeError, ValueError) as exc:
+        raise SpecError(f"not JSON-serializable ({exc})", field=field) from None
+    if size > MAX_EXTRA_BYTES:
+        raise SpecError(f"{size} bytes of extra keys, above the limit of {MAX_EXTRA_BYTES}", field=field)
+
+
+def _check_text(value: Any, field: str) -> None:
+    if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+        raise SpecError(f"{len(value)} characters, above the limit of {MAX_TEXT_CHARS}", field=field)
+
+
+def check_limits(record: Mapping[str, Any]) -> None:
+    """The size limits of a prompt record (``MAX_*`` above), checked before any other validation so that
+    the work a record can cause is bounded and linear in its size; raises ``SpecError``."""
+    for key in ("id", "prompt", "tag", "category", "setting", "source_id", "form"):
+        _check_text(record.get(key), key)
+    include = record.get("include")
+    if isinstance(include, list):
+        if len(include) > MAX_OBJECTS:
+            raise SpecError(f"{len(include)} objects, above the limit of {MAX_OBJECTS}", field="include")
+        for i, entry in enumerate(include):
+            if isinstance(entry, Mapping):
+                _check_text(entry.get("class"), f"include[{i}].class")
+                _check_text(entry.get("color"), f"include[{i}].color")
+    for list_key in ("statements", "probes"):
+        statements = record.get(list_key)
+        if isinstance(statements, list):
+            if len(statements) > MAX_STATEMENTS:
+                raise SpecError(f"{len(statements)} {list_key}, above the limit of {MAX_STATEMENTS}", field=list_key)
+            for k, st in enumerate(statements):
+                if isinstance(st, Mapping):
+                    for key in ("kind", "value", "predicate", "polarity"):
+                        _check_text(st.get(key), f"{list_key}[{k}].{key}")
+    exclude = record.get("exclude")
+    if isinstance(exclude, list) and len(exclude) > MAX_OBJECTS:
+        raise SpecError(f"{len(exclude)} entries, above the limit of {MAX_OBJECTS}", field="exclude")
+    extra = {k: v for k, v in record.items() if k not in _KNOWN_KEYS}
+    if extra:
+        check_extra(extra)
 
 
 def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) -> Prompt:
     """Build a prompt from one JSON record (ours or GenEval's); raises ``SpecError``."""
     if not isinstance(record, Mapping):
         raise SpecError(f"expected a JSON object, got {type(record).__name__}")
+    check_limits(record)
     for key in ("prompt", "include"):
         if key not in record:
             raise SpecError("missing required key", field=key)
@@ -423,6 +504,7 @@ __all__ = [
     "RelationStatement",
     "SpecError",
     "Statement",
+    "check_limits",
     "dumps_prompt",
     "iter_prompts",
     "parse_prompt",

@@ -48,6 +48,9 @@ from negt2i.stages.registry import STAGES
 from negt2i.verdict import PerceptionError, judge
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2, evaluator_pb2_grpc
+from orchestrator import guard
+from orchestrator.admission import Admission, Overloaded, default_budget, item_cost
+from orchestrator.security import TokenAuth, server_credentials
 from orchestrator.settings import Settings
 from orchestrator.stages import RemoteStages, StageCallError
 
@@ -70,11 +73,12 @@ class ItemFailure(Exception):
     def details(self) -> str:
         """The status details string: the field (if any) and the reason."""
         where = f"{self.stage}: " if self.stage else ""
-        return f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
+        text = f"{where}{self.field}: {self.message}" if self.field else f"{where}{self.message}"
+        return guard.bounded(text)
 
     def to_proto(self) -> evaluator_pb2.ItemError:
         return evaluator_pb2.ItemError(
-            code=self.code.value[0], message=self.details(), field=self.field, stage=self.stage
+            code=self.code.value[0], message=self.details(), field=guard.short(self.field, 200), stage=self.stage
         )
 
 
@@ -95,11 +99,19 @@ class _Precomputed:
 class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
     """The servicer."""
 
-    def __init__(self, settings: Settings, stages: RemoteStages, config: RuleConfig, corpus: dict[str, Prompt]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        stages: RemoteStages,
+        config: RuleConfig,
+        corpus: dict[str, Prompt],
+        admission: Admission | None = None,
+    ) -> None:
         self.settings = settings
         self.stages = stages
         self.config = config
         self.corpus = corpus
+        self.admission = admission or _admission(settings)
 
     # ------------------------------------------------------------------ one item
 
@@ -115,7 +127,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             if prompt is None:
                 raise ItemFailure(
                     grpc.StatusCode.NOT_FOUND,
-                    f"no prompt {request.prompt_id!r} in the corpus ({len(self.corpus)} prompts)",
+                    f"no prompt {guard.short(request.prompt_id)!r} in the corpus ({len(self.corpus)} prompts)",
                     field="prompt_id",
                 )
             return prompt
@@ -142,13 +154,14 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         self, request: evaluator_pb2.EvaluateRequest, deadline: float
     ) -> evaluator_pb2.EvaluateResponse:
         """The verdict for one request, or ``ItemFailure``."""
+        _check_envelope(request)
         prompt = self._prompt(request)
         image = await self._image(request)
         data = request.image.data
         hw = (int(image.shape[0]), int(image.shape[1]))
         try:
             det = await self.stages.detect(data, hw, deadline)
-            plan = plan_perception(prompt, det, self.config)
+            plan = await asyncio.to_thread(plan_perception, prompt, det, self.config)
             used = ["detector"]
             calls: dict[str, Any] = {}
             if plan.refine:
@@ -166,12 +179,17 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             raise ItemFailure(
                 getattr(grpc.StatusCode, exc.code), exc.message, field=exc.field, stage=exc.stage
             ) from None
-        try:
+
+        def assemble_and_judge() -> tuple[ImagePerception, Any]:
             refined = refine_planned(image, det, plan, _Precomputed(fetched.get("segmenter")))  # type: ignore[arg-type]
             attributes = score_planned(image, det, plan, _Precomputed(fetched.get("attributes")))  # type: ignore[arg-type]
             disparity = to_disparity(fetched["depth"], hw) if "depth" in fetched else None
             perception = ImagePerception(det, refined=refined, attributes=attributes, disparity=disparity)
-            verdict = judge(prompt, perception, self.config)
+            return perception, judge(prompt, perception, self.config)
+
+        try:
+            # judging (distance transforms over whole masks) runs on a worker thread, never on the event loop
+            perception, verdict = await asyncio.to_thread(assemble_and_judge)
         except StageError as exc:
             raise ItemFailure(grpc.StatusCode.INTERNAL, exc.message, stage=exc.stage) from None
         except (PerceptionError, ValueError) as exc:
@@ -185,6 +203,40 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             response.perception.CopyFrom(adapter.perception_to_proto(perception))
         return response
 
+    async def _admit(self, request: Any, deadline: float) -> Any:
+        """The admission ticket of a request (``orchestrator.admission``) or ``ItemFailure``."""
+        if isinstance(request, guard.BadMessage):
+            cost = 0
+        else:
+            data = request.image.data
+            # an oversized image is refused by judge_item; its header is not worth reading
+            cost = len(data) if len(data) > self.settings.max_image_bytes else item_cost(data)
+        try:
+            return await self.admission.acquire(cost, deadline)
+        except Overloaded as exc:
+            raise ItemFailure(grpc.StatusCode.RESOURCE_EXHAUSTED, exc.message) from None
+
+    def _limits(self) -> evaluator_pb2.ServerLimits:
+        """``ServiceInfo.limits``."""
+        from negt2i import spec
+
+        return evaluator_pb2.ServerLimits(
+            max_message_bytes=self.settings.max_message_bytes,
+            max_image_bytes=self.settings.max_image_bytes,
+            max_pixels=self.settings.max_pixels,
+            max_in_flight_per_stream=self.settings.stream_window,
+            max_inflight_bytes=self.admission.budget,
+            max_active_items=self.admission.max_active,
+            max_waiting_items=self.admission.max_waiting,
+            max_statements=spec.MAX_STATEMENTS,
+            max_objects=spec.MAX_OBJECTS,
+            max_text_chars=spec.MAX_TEXT_CHARS,
+            max_extra_json_bytes=spec.MAX_EXTRA_BYTES,
+            max_extra_json_depth=spec.MAX_EXTRA_DEPTH,
+            max_request_id_chars=guard.MAX_REQUEST_ID_CHARS,
+            auth_required=bool(self.settings.auth_token),
+        )
+
     def _deadline(self, context: grpc.aio.ServicerContext[Any, Any]) -> float:
         left = context.time_remaining()
         budget = self.settings.item_timeout_s if left is None else min(left, self.settings.item_timeout_s)
@@ -197,15 +249,20 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
     ) -> evaluator_pb2.EvaluateResponse:
         """Judge one image against one prompt."""
         try:
-            return await self.judge_item(request, self._deadline(context))
+            deadline = self._deadline(context)
+            ticket = await self._admit(request, deadline)
+            try:
+                return await self.judge_item(request, deadline)
+            finally:
+                self.admission.release(ticket)
         except ItemFailure as exc:
             await context.abort(exc.code, exc.details())
             raise  # unreachable: abort raises
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a bug: say so rather than UNKNOWN
-            log.exception("request %s failed", request.request_id)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            log.exception("request %s failed", guard.short(request.request_id))
+            await context.abort(grpc.StatusCode.INTERNAL, guard.bounded(f"{type(exc).__name__}: {exc}"))
             raise
 
     async def EvaluateStream(
@@ -213,29 +270,47 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         request_iterator: AsyncIterator[evaluator_pb2.EvaluateRequest],
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[evaluator_pb2.EvaluateStreamResponse]:
-        """Judge items as they arrive, ``stream_window`` at a time; responses in completion order."""
+        """Judge items as they arrive, ``stream_window`` at a time; responses in completion order.
+
+        Flow control: the grant (``stream_window``) is sent as the initial metadata ``negt2i-max-in-flight``
+        (and in ``ServiceInfo.limits``); the stream is read no faster than items finish, and each item waits
+        for admission (``orchestrator.admission``) before the next one is read.
+        """
         out: asyncio.Queue[evaluator_pb2.EvaluateStreamResponse | None] = asyncio.Queue()
         window = asyncio.Semaphore(self.settings.stream_window)
         tasks: set[asyncio.Task[None]] = set()
+        await context.send_initial_metadata((("negt2i-max-in-flight", str(self.settings.stream_window)),))
 
-        async def one(request: evaluator_pb2.EvaluateRequest) -> None:
+        def reply_id(request: Any) -> str:
+            return str(request.request_id)[: guard.MAX_REQUEST_ID_CHARS]
+
+        async def one(request: evaluator_pb2.EvaluateRequest, deadline: float, ticket: Any) -> None:
             try:
-                result = await self.judge_item(request, self._deadline(context))
+                result = await self.judge_item(request, deadline)
                 await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, result=result))
             except ItemFailure as exc:
-                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, error=exc.to_proto()))
+                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=reply_id(request), error=exc.to_proto()))
             except Exception as exc:  # never lose an item silently
-                log.exception("item %s failed", request.request_id)
+                log.exception("item %s failed", guard.short(request.request_id))
                 err = ItemFailure(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}").to_proto()
-                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, error=err))
+                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=reply_id(request), error=err))
             finally:
+                self.admission.release(ticket)
                 window.release()
 
         async def read() -> None:
             try:
                 async for request in request_iterator:
                     await window.acquire()
-                    task = asyncio.create_task(one(request))
+                    deadline = self._deadline(context)
+                    try:
+                        ticket = await self._admit(request, deadline)
+                    except ItemFailure as exc:
+                        window.release()
+                        err = exc.to_proto()
+                        await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=reply_id(request), error=err))
+                        continue
+                    task = asyncio.create_task(one(request, deadline, ticket))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 while tasks:
@@ -263,14 +338,26 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             rules_name=self.config.name,
             rules_digest=self.config.digest(),
             stages=[self.stages.service(s) for s in STAGES],
-            limits=evaluator_pb2.ServerLimits(
-                max_message_bytes=self.settings.max_message_bytes,
-                max_image_bytes=self.settings.max_image_bytes,
-                max_pixels=self.settings.max_pixels,
-                max_in_flight_per_stream=self.settings.stream_window,
-            ),
+            limits=self._limits(),
             corpus_prompts=len(self.corpus),
             rules_json=json.dumps(self.config.record(), separators=(",", ":")),
+        )
+
+
+def _admission(settings: Settings) -> Admission:
+    budget = settings.max_inflight_bytes or default_budget()
+    return Admission(budget, settings.max_active, settings.max_waiting, settings.max_wait_s)
+
+
+def _check_envelope(request: Any) -> None:
+    """What every request must satisfy before its prompt and image are looked at."""
+    if isinstance(request, guard.BadMessage):
+        raise ItemFailure(grpc.StatusCode.INVALID_ARGUMENT, request.reason, field="request")
+    if len(request.request_id) > guard.MAX_REQUEST_ID_CHARS:
+        raise ItemFailure(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{len(request.request_id)} characters, above the limit of {guard.MAX_REQUEST_ID_CHARS}",
+            field="request_id",
         )
 
 
@@ -332,24 +419,39 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     options = [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
+        # clients send keepalive pings (negt2i.client: every 30 s, also on idle streams): allow them
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.max_ping_strikes", 0),
         # Close connections after ~5 min (in-flight calls get 30 s to finish) so that long-lived
         # round-robin clients re-resolve the headless Service and reach pods the HPA added.
         ("grpc.max_connection_age_ms", 300_000),
         ("grpc.max_connection_age_grace_ms", 30_000),
     ]
-    server = grpc.aio.server(options=options)
-    evaluator_pb2_grpc.add_EvaluatorServicer_to_server(Evaluator(settings, stages, config, corpus), server)
+    try:
+        credentials = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"orchestrator: TLS: {exc}") from None
+    interceptors = [TokenAuth(settings.auth_token)] if settings.auth_token else []
+    server = grpc.aio.server(options=options, interceptors=interceptors)
+    evaluator = Evaluator(settings, stages, config, corpus)
+    guard.add_evaluator(evaluator, server)
     health = HealthServicer()
     for name in ("", SERVICE_NAME):
         await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    reflection.enable_server_reflection(
-        (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
-    )
-    bound = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if settings.reflection:
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            server,
+        )
+    address = f"{settings.host}:{settings.port}"
+    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
     await server.start()
-    log.info("orchestrator %s listening on %s:%d (rules %s, %d corpus prompts)", __version__, settings.host, bound,
-             config.name, len(corpus))  # fmt: skip
+    log.info("orchestrator %s listening on %s:%d (%s%s; rules %s, %d corpus prompts; in-flight budget %d MiB, "
+             "%d items at once)", __version__, settings.host, bound, "TLS" if credentials else "plaintext",
+             ", token" if settings.auth_token else "", config.name, len(corpus),
+             evaluator.admission.budget >> 20, evaluator.admission.max_active)  # fmt: skip
     print(f"orchestrator listening on {settings.host}:{bound}", flush=True)
     watcher = asyncio.create_task(watch_health(stages, health, settings.health_interval_s))
     stop = asyncio.Event()

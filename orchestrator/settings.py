@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Final
 
 from negt2i.stages.registry import STAGES
@@ -20,11 +22,20 @@ DEFAULT_URLS: Final[dict[str, str]] = {
 MIB: Final = 1024 * 1024
 
 
+def _token(env: dict[str, str]) -> str:
+    """``NEGT2I_AUTH_TOKEN``, or the first line of the file ``NEGT2I_AUTH_TOKEN_FILE`` (a mounted Secret)."""
+    path = env.get("NEGT2I_AUTH_TOKEN_FILE", "")
+    if path:
+        return Path(path).read_text(encoding="utf-8").strip()
+    return env.get("NEGT2I_AUTH_TOKEN", "").strip()
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything the orchestrator is configured with."""
 
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"
+    """Address to bind: loopback by default (Kubernetes sets ``NEGT2I_HOST=0.0.0.0`` explicitly)."""
     port: int = 50051
     urls: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_URLS))
     rules: str = "current"
@@ -53,6 +64,24 @@ class Settings:
     """How often stage readiness is polled."""
     depth_encoding: str = "float16"
     """How the depth stage packs disparity: ``float16`` (half the bytes) or ``float32`` (bit-exact)."""
+    max_inflight_bytes: int = 0
+    """Global in-flight byte budget of admitted items (``orchestrator.admission``); 0: half the memory limit."""
+    max_active: int = 64
+    """Items judged at once over all streams and calls; more wait for admission."""
+    max_waiting: int = 1024
+    """Items waiting for admission; more get RESOURCE_EXHAUSTED at once."""
+    max_wait_s: float = 60.0
+    """Longest wait for admission (cut to the item's deadline); then RESOURCE_EXHAUSTED."""
+    tls_cert: str = ""
+    """PEM server certificate (chain); with ``tls_key`` the port speaks TLS."""
+    tls_key: str = ""
+    """PEM private key of ``tls_cert``."""
+    tls_client_ca: str = ""
+    """PEM CA bundle: clients must present a certificate signed by it (mutual TLS)."""
+    auth_token: str = ""
+    """Bearer token every call except health checks must carry (``authorization: Bearer <token>``)."""
+    reflection: bool = False
+    """Serve gRPC reflection (opt-in: it lists the API to anyone who can connect)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -78,6 +107,15 @@ class Settings:
             backoff_s=float(e.get("NEGT2I_BACKOFF_S", d.backoff_s)),
             health_interval_s=float(e.get("NEGT2I_HEALTH_INTERVAL_S", d.health_interval_s)),
             depth_encoding=e.get("NEGT2I_DEPTH_ENCODING", d.depth_encoding),
+            max_inflight_bytes=int(e.get("NEGT2I_MAX_INFLIGHT_BYTES", d.max_inflight_bytes)),
+            max_active=int(e.get("NEGT2I_MAX_ACTIVE", d.max_active)),
+            max_waiting=int(e.get("NEGT2I_MAX_WAITING", d.max_waiting)),
+            max_wait_s=float(e.get("NEGT2I_MAX_WAIT_S", d.max_wait_s)),
+            tls_cert=e.get("NEGT2I_TLS_CERT", d.tls_cert),
+            tls_key=e.get("NEGT2I_TLS_KEY", d.tls_key),
+            tls_client_ca=e.get("NEGT2I_TLS_CLIENT_CA", d.tls_client_ca),
+            auth_token=_token(e),
+            reflection=e.get("NEGT2I_REFLECTION", "0").strip().lower() in {"1", "true", "yes", "on"},
         )
 
     @classmethod
@@ -99,8 +137,21 @@ class Settings:
         p.add_argument("--call-timeout-s", type=float, default=base.call_timeout_s)
         p.add_argument("--retries", type=int, default=base.retries)
         p.add_argument("--depth-encoding", choices=("float16", "float32"), default=base.depth_encoding)
+        p.add_argument("--max-inflight-bytes", type=int, default=base.max_inflight_bytes)
+        p.add_argument("--max-active", type=int, default=base.max_active)
+        p.add_argument("--tls-cert", default=base.tls_cert, help="PEM server certificate [NEGT2I_TLS_CERT]")
+        p.add_argument("--tls-key", default=base.tls_key, help="PEM server key [NEGT2I_TLS_KEY]")
+        p.add_argument("--tls-client-ca", default=base.tls_client_ca, help="require client certs signed by this CA")
+        p.add_argument("--reflection", action="store_true", default=base.reflection, help="serve gRPC reflection")
         a = p.parse_args(argv)
-        return cls(
+        return dataclasses.replace(
+            base,
+            max_inflight_bytes=a.max_inflight_bytes,
+            max_active=a.max_active,
+            tls_cert=a.tls_cert,
+            tls_key=a.tls_key,
+            tls_client_ca=a.tls_client_ca,
+            reflection=a.reflection,
             host=a.host,
             port=a.port,
             urls={s: getattr(a, f"{s}_url").rstrip("/") for s in STAGES},
@@ -108,14 +159,10 @@ class Settings:
             corpus=a.corpus,
             max_message_bytes=a.max_message_bytes,
             max_image_bytes=a.max_image_bytes,
-            max_pixels=base.max_pixels,
             stage_concurrency=a.stage_concurrency,
             stage_queue=a.stage_queue,
             stream_window=a.stream_window,
             call_timeout_s=a.call_timeout_s,
-            item_timeout_s=base.item_timeout_s,
             retries=a.retries,
-            backoff_s=base.backoff_s,
-            health_interval_s=base.health_interval_s,
             depth_encoding=a.depth_encoding,
         )

@@ -10,6 +10,7 @@ the one API is batchable with adaptive batching, and BentoML serves
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -96,12 +97,15 @@ class StageRuntime:
 
 
 class StageHttpMiddleware:
-    """ASGI middleware: ``GET /info`` (503 until the model is loaded) and the request body limit (413/411)."""
+    """ASGI middleware: ``GET /info`` (503 until the model is loaded), the request body limit (413/411) and
+    the body read timeout (408): a POST body is read in full within ``body_timeout_s`` before the app sees
+    the request, so a slow or stalled client is dropped instead of holding a worker."""
 
-    def __init__(self, app: Any, *, stage: str, max_request_bytes: int) -> None:
+    def __init__(self, app: Any, *, stage: str, max_request_bytes: int, body_timeout_s: float = 30.0) -> None:
         self.app = app
         self.stage = stage
         self.max_request_bytes = max_request_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
@@ -121,14 +125,65 @@ class StageHttpMiddleware:
             if length is None:
                 await _send_json(send, 411, {"error": "a Content-Length header is required"})
                 return
-            if int(length) > self.max_request_bytes:
+            try:
+                declared = int(length)
+            except ValueError:
+                await _send_json(send, 400, {"error": "Content-Length must be an integer"})
+                return
+            if declared > self.max_request_bytes:
                 await _send_json(
                     send,
                     413,
-                    {"error": f"request body of {int(length)} bytes exceeds the limit of {self.max_request_bytes}"},
+                    {"error": f"request body of {declared} bytes exceeds the limit of {self.max_request_bytes}"},
                 )
                 return
+            # the whole body within body_timeout_s, before the app (and its worker) sees the request
+            try:
+                body = await asyncio.wait_for(_read_body(receive, declared), self.body_timeout_s)
+            except TimeoutError:
+                await _send_json(
+                    send, 408, {"error": f"the request body did not arrive within {self.body_timeout_s:g} s"}
+                )
+                return
+            except _Disconnected:
+                return
+            await self.app(scope, _replay(body, receive), send)
+            return
         await self.app(scope, receive, send)
+
+
+class _Disconnected(Exception):
+    """The client went away before its body was complete."""
+
+
+async def _read_body(receive: Any, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:  # more than Content-Length said: refuse to buffer it
+            raise _Disconnected
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """The body already read, then the connection's own messages (a disconnect, when the client leaves)."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _send_json(send: Any, status: int, payload: dict[str, Any]) -> None:

@@ -39,7 +39,41 @@ def register(sub: Any) -> None:
     p.add_argument("--prompts", default=None, help="prompt corpus JSONL resolving a manifest's prompt_id")
     p.add_argument("--shard", type=_shard, default=None, help="only jobs i with i %% N == I (e.g. 0/4)")
     p.add_argument("--limit", type=int, default=None, help="submit only the first N images (in job order)")
-    p.add_argument("--timeout", type=float, default=None, help="deadline of the whole stream in seconds")
+    p.add_argument("--timeout", type=float, default=None, help="deadline of the whole run in seconds (default: none)")
+    p.add_argument(
+        "--item-timeout",
+        type=float,
+        default=600.0,
+        help="seconds an image may stay unanswered; then the run stops with an error (default 600)",
+    )
+    p.add_argument(
+        "--attempts",
+        type=int,
+        default=10,
+        help="sends of an image answered RESOURCE_EXHAUSTED / UNAVAILABLE, with backoff (default 10)",
+    )
+    p.add_argument(
+        "--tls-ca",
+        default=os.environ.get("NEGT2I_CLIENT_TLS_CA", ""),
+        help="PEM CA bundle of the orchestrator's certificate: use TLS [NEGT2I_CLIENT_TLS_CA]",
+    )
+    p.add_argument(
+        "--tls-cert",
+        default=os.environ.get("NEGT2I_CLIENT_TLS_CERT", ""),
+        help="PEM client certificate for mutual TLS [NEGT2I_CLIENT_TLS_CERT]",
+    )
+    p.add_argument(
+        "--tls-key",
+        default=os.environ.get("NEGT2I_CLIENT_TLS_KEY", ""),
+        help="PEM key of --tls-cert [NEGT2I_CLIENT_TLS_KEY]",
+    )
+    p.add_argument(
+        "--tls-server-name",
+        default=os.environ.get("NEGT2I_CLIENT_TLS_SERVER_NAME", ""),
+        help="name to check in the server certificate (default: the host of --orchestrator)",
+    )
+    p.add_argument("--token-file", default=os.environ.get("NEGT2I_TOKEN_FILE", ""),
+                   help="file holding the bearer token [NEGT2I_TOKEN_FILE; or NEGT2I_TOKEN]")  # fmt: skip
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the orchestrator to be SERVING")
     p.add_argument(
         "--save-perception",
@@ -68,7 +102,18 @@ def _run(args: argparse.Namespace) -> int:
     if not jobs:
         print(f"error: {args.images}: no images found", file=sys.stderr)
         return 2
-    with EvaluatorClient(args.orchestrator) as client:
+    from negt2i.transport import Tls, token_from_env
+
+    tls = None
+    if args.tls_ca or args.tls_cert or args.tls_key:
+        tls = Tls(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
+    try:
+        token = token_from_env({"NEGT2I_TOKEN_FILE": args.token_file} if args.token_file else None)
+        client_cm = EvaluatorClient(args.orchestrator, tls=tls, token=token)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with client_cm as client:
         if not client.wait_ready(args.wait):
             print(
                 f"error: the orchestrator at {args.orchestrator} is not SERVING after {args.wait:.0f} s",
@@ -78,12 +123,15 @@ def _run(args: argparse.Namespace) -> int:
         try:
             outcome = submit(
                 jobs, args.out, args.orchestrator, limit=args.limit, timeout=args.timeout,
-                progress=not args.no_progress, client=client, save_perception=perception_path(args),
+                item_timeout=args.item_timeout, attempts=args.attempts, progress=not args.no_progress, client=client,
+                save_perception=perception_path(args),
             )  # fmt: skip
         except (ClientError, EvaluateError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
     print(outcome.summary.text())
+    if outcome.retried:
+        print(f"{outcome.retried} sends were retries after RESOURCE_EXHAUSTED / UNAVAILABLE", file=sys.stderr)
     if outcome.stream_error:
         print(f"error: the stream ended early: {outcome.stream_error}", file=sys.stderr)
     if outcome.retry:

@@ -135,6 +135,11 @@ def read_main(data: ProbeData, rows: Iterable[ImageRow]) -> None:
     """The main results: per prompt, statement tallies, category, setting and image accuracy."""
     ok: list[tuple[str, Sequence[Any]]] = []
     for row in rows:
+        if row.source_id is not None:
+            raise ProbeInputError(
+                f"{row.where}: a control / paraphrase line (source_id {row.source_id}) among the main results; "
+                "pass those with --control / --paraphrase"
+            )
         if row.prompt_id is None:
             continue
         acc = data.main_accuracy.setdefault(row.prompt_id, _Acc())

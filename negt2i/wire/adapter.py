@@ -27,7 +27,17 @@ from numpy.typing import NDArray
 
 from negt2i import rle
 from negt2i.perception import AttributeScores, BoolMask, Detections, ImagePerception, RefinedMasks
-from negt2i.spec import AttributeStatement, Polarity, Prompt, SpecError, parse_prompt
+from negt2i.spec import (
+    MAX_EXTRA_BYTES,
+    MAX_EXTRA_DEPTH,
+    MAX_OBJECTS,
+    MAX_STATEMENTS,
+    AttributeStatement,
+    Polarity,
+    Prompt,
+    SpecError,
+    parse_prompt,
+)
 from negt2i.stages.base import Image, ModelInfo
 from negt2i.verdict import Verdict
 from negt2i.vocab import Category
@@ -115,8 +125,12 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, field: st
             rgb = img.convert("RGB")
     except WireError:
         raise
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
-        raise WireError(f"not a decodable image ({exc})", field=field) from None
+    except PILImage.DecompressionBombError:
+        raise WireError(f"image header declares more than {max_pixels} pixels", field=field) from None
+    except UnidentifiedImageError:
+        raise WireError("not a decodable image (unknown format; accepted: PNG, JPEG, WebP)", field=field) from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise WireError(f"not a decodable image ({str(exc)[:200]})", field=field) from None
     array = np.asarray(rgb, dtype=np.uint8)
     if array.ndim != 3 or array.shape[0] == 0 or array.shape[1] == 0:
         raise WireError(f"image decodes to shape {array.shape}", field=field)
@@ -152,6 +166,8 @@ def mask_from_proto(msg: common_pb2.Mask, shape_hw: tuple[int, int] | None = Non
     """Decode a ``Mask``; with ``shape_hw`` the size must match."""
     if shape_hw is not None and (msg.height, msg.width) != tuple(shape_hw):
         raise WireError(f"mask is {msg.height} x {msg.width}, expected {shape_hw[0]} x {shape_hw[1]}", field=field)
+    if msg.height * msg.width > DEFAULT_MAX_PIXELS:
+        raise WireError(f"mask is {msg.height} x {msg.width}, above {DEFAULT_MAX_PIXELS} pixels", field=field)
     try:
         return rle.decode({"size": [msg.height, msg.width], "counts": msg.counts})
     except ValueError as exc:
@@ -366,14 +382,24 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
     if msg.category not in _CATEGORY_FROM:
         raise WireError(f"unknown category value {msg.category}", field=f"{field}.category")
     category = _CATEGORY_FROM[msg.category]
+    for name, values in (("statements", msg.statements), ("probes", msg.probes)):
+        if len(values) > MAX_STATEMENTS:
+            raise WireError(f"{len(values)} {name}, above the limit of {MAX_STATEMENTS}", field=f"{field}.{name}")
+    if len(msg.objects) > MAX_OBJECTS:
+        raise WireError(f"{len(msg.objects)} objects, above the limit of {MAX_OBJECTS}", field=f"{field}.objects")
     statements = _statements_from_proto(msg.statements, f"{field}.statements")
     probes = _statements_from_proto(msg.probes, f"{field}.probes")
     record: dict[str, Any] = {}
     if msg.extra_json:
+        size = len(msg.extra_json.encode())
+        if size > MAX_EXTRA_BYTES:
+            raise WireError(f"{size} bytes, above the limit of {MAX_EXTRA_BYTES}", field=f"{field}.extra_json")
         try:
             extra = json.loads(msg.extra_json)
         except json.JSONDecodeError as exc:
             raise WireError(f"not valid JSON ({exc.msg})", field=f"{field}.extra_json") from None
+        except RecursionError:
+            raise WireError(f"nested deeper than {MAX_EXTRA_DEPTH} levels", field=f"{field}.extra_json") from None
         if not isinstance(extra, dict):
             raise WireError("must be a JSON object", field=f"{field}.extra_json")
         record.update(extra)
@@ -399,7 +425,7 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
     try:
         return parse_prompt(record)
     except SpecError as exc:
-        where = exc.field.replace("include", "objects") if exc.field else ""
+        where = exc.field.replace("include", "objects").replace("extra", "extra_json") if exc.field else ""
         raise WireError(exc.message, field=f"{field}.{where}" if where else field) from None
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
@@ -25,6 +25,7 @@ from google.protobuf.message import Message
 from negt2i.stages.base import Image, ModelInfo
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
 from negt2i.wire import adapter
+from negt2i.wire.limits import ItemLimits
 from negt2i.wire.v1 import common_pb2, stages_pb2
 
 ROUTES: Final[dict[str, str]] = {
@@ -53,6 +54,8 @@ class StageSettings:
     max_pixels: int
     max_request_bytes: int
     max_batch_size: int
+    limits: ItemLimits = field(default_factory=ItemLimits)
+    """Per-item limits (``negt2i.wire.limits``)."""
 
     @classmethod
     def from_env(cls, stage: str, env: dict[str, str] | None = None) -> StageSettings:
@@ -70,6 +73,7 @@ class StageSettings:
             max_pixels=int(e.get("NEGT2I_MAX_PIXELS", adapter.DEFAULT_MAX_PIXELS)),
             max_request_bytes=int(e.get("NEGT2I_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST_BYTES)),
             max_batch_size=int(e.get("NEGT2I_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE)),
+            limits=ItemLimits.from_env(e),
         )
 
 
@@ -131,6 +135,12 @@ class StageHandler:
                 max_request_bytes=self.settings.max_request_bytes,
                 max_batch_size=self.settings.max_batch_size,
                 max_pixels=self.settings.max_pixels,
+                max_masks_per_item=self.settings.limits.max_masks_per_item,
+                max_mask_pixels=self.settings.limits.max_mask_pixels,
+                max_answers=self.settings.limits.max_answers,
+                max_text_chars=self.settings.limits.max_text_chars,
+                max_rle_chars=self.settings.limits.max_rle_chars,
+                body_timeout_s=self.settings.limits.body_timeout_s,
             ),
             ready=self.ready,
         )
@@ -197,13 +207,16 @@ class StageHandler:
         )
 
     def _segment_prepare(self, msg: stages_pb2.SegmentItem) -> tuple[Image, Any, Any]:
+        limits = self.settings.limits
+        limits.check_boxes(list(msg.boxes))  # counts and numbers first: nothing large is decoded before
+        if len(msg.reference_masks) != len(msg.boxes):
+            raise adapter.WireError(
+                f"{len(msg.reference_masks)} reference masks for {len(msg.boxes)} boxes", field="reference_masks"
+            )
         image = self._image(msg.image)
         hw = (image.shape[0], image.shape[1])
+        limits.check_masks(list(msg.reference_masks), hw, "reference_masks")
         boxes = adapter.boxes_from_proto(list(msg.boxes))
-        if len(msg.reference_masks) != boxes.shape[0]:
-            raise adapter.WireError(
-                f"{len(msg.reference_masks)} reference masks for {boxes.shape[0]} boxes", field="reference_masks"
-            )
         refs = adapter.masks_from_proto(list(msg.reference_masks), hw, field="reference_masks")
         return image, boxes, refs
 
@@ -221,8 +234,16 @@ class StageHandler:
         )
 
     def _attributes_prepare(self, msg: stages_pb2.AttributesItem) -> tuple[Image, Any, list[str], list[str]]:
+        limits = self.settings.limits
+        if len(msg.masks) > limits.max_masks_per_item:
+            raise adapter.WireError(
+                f"{len(msg.masks)} masks, above the limit of {limits.max_masks_per_item} per item", field="masks"
+            )
+        limits.check_texts(list(msg.answers), "answers", most=limits.max_answers)
+        limits.check_texts(list(msg.class_names), "class_names", most=limits.max_masks_per_item)
         image = self._image(msg.image)
         hw = (image.shape[0], image.shape[1])
+        limits.check_masks(list(msg.masks), hw, "masks")
         if len(msg.class_names) != len(msg.masks):
             raise adapter.WireError(
                 f"{len(msg.class_names)} class names for {len(msg.masks)} masks", field="class_names"
@@ -245,6 +266,10 @@ class StageHandler:
             result_cls=stages_pb2.AttributesResult,
         )
 
+    def _depth_prepare(self, msg: stages_pb2.DepthItem) -> Image:
+        self.settings.limits.check_depth_encoding(msg.encoding)
+        return self._image(msg.image)
+
     def _depth(self, items: Sequence[Any]) -> list[Message]:
         def pack(msg: stages_pb2.DepthItem, disparity: Any) -> Message:
             return stages_pb2.DepthResult(disparity=adapter.depth_to_proto(disparity, msg.encoding))
@@ -252,7 +277,7 @@ class StageHandler:
         return self._batched(
             items,
             item_cls=stages_pb2.DepthItem,
-            prepare=lambda m: self._image(m.image),
+            prepare=self._depth_prepare,
             run=self.backend.disparity,
             pack=pack,
             result_cls=stages_pb2.DepthResult,

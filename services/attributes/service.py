@@ -44,4 +44,9 @@ class Attributes:
         return self.runtime.handle(items)
 
 
-Attributes.add_asgi_middleware(StageHttpMiddleware, stage="attributes", max_request_bytes=SETTINGS.max_request_bytes)
+Attributes.add_asgi_middleware(
+    StageHttpMiddleware,
+    stage="attributes",
+    max_request_bytes=SETTINGS.max_request_bytes,
+    body_timeout_s=SETTINGS.limits.body_timeout_s,
+)

@@ -44,4 +44,9 @@ class Depth:
         return self.runtime.handle(items)
 
 
-Depth.add_asgi_middleware(StageHttpMiddleware, stage="depth", max_request_bytes=SETTINGS.max_request_bytes)
+Depth.add_asgi_middleware(
+    StageHttpMiddleware,
+    stage="depth",
+    max_request_bytes=SETTINGS.max_request_bytes,
+    body_timeout_s=SETTINGS.limits.body_timeout_s,
+)

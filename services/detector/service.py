@@ -44,4 +44,9 @@ class Detector:
         return self.runtime.handle(items)
 
 
-Detector.add_asgi_middleware(StageHttpMiddleware, stage="detector", max_request_bytes=SETTINGS.max_request_bytes)
+Detector.add_asgi_middleware(
+    StageHttpMiddleware,
+    stage="detector",
+    max_request_bytes=SETTINGS.max_request_bytes,
+    body_timeout_s=SETTINGS.limits.body_timeout_s,
+)

@@ -44,4 +44,9 @@ class Segmenter:
         return self.runtime.handle(items)
 
 
-Segmenter.add_asgi_middleware(StageHttpMiddleware, stage="segmenter", max_request_bytes=SETTINGS.max_request_bytes)
+Segmenter.add_asgi_middleware(
+    StageHttpMiddleware,
+    stage="segmenter",
+    max_request_bytes=SETTINGS.max_request_bytes,
+    body_timeout_s=SETTINGS.limits.body_timeout_s,
+)

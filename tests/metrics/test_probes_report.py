@@ -256,6 +256,10 @@ def test_report_refuses_unpaired_or_misnamed_probe_results(files: dict[str, Path
     assert "expected NAME=PATH" in capsys.readouterr().err
     assert _report([*base, "--control", f"m={files['main']}"]) == 1  # main results are no control results
     assert "without source_id" in capsys.readouterr().err
+    swapped = ["report", f"m={files['control']}", "--control", f"m={files['control']}", "--out", str(tmp_path / "s"),
+               "--no-plots", "--bootstrap", "50"]  # fmt: skip
+    assert _report(swapped) == 1
+    assert "among the main results; pass those with --control" in capsys.readouterr().err
     assert _report([*base, "--paraphrase", f"m={files['control']}"]) == 1
     assert "without form" in capsys.readouterr().err
     with pytest.raises(ProbeInputError, match="has statements"):

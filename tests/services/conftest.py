@@ -56,7 +56,8 @@ def stage_urls(stage_procs: dict[str, Proc]) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def orchestrator(stage_urls: dict[str, str], live_tmp: Path) -> Iterator[Proc]:
     proc = start_orchestrator(stage_urls, live_tmp, env={"NEGT2I_MAX_MESSAGE_BYTES": str(4 << 20),
-                                                          "NEGT2I_MAX_IMAGE_BYTES": str(2 << 20)})  # fmt: skip
+                                                          "NEGT2I_MAX_IMAGE_BYTES": str(2 << 20),
+                                                          "NEGT2I_REFLECTION": "1"})  # fmt: skip
     try:
         status = wait_health(proc.target, "SERVING", timeout=60)
         assert status == "SERVING", f"orchestrator health {status}:\n{proc.tail()}"

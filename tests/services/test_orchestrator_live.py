@@ -264,7 +264,7 @@ def test_deadline_and_full_queue(stage_urls: dict[str, str], slow_detector: str,
         assert wait_health(proc.target, "SERVING", timeout=30) == "SERVING"
 
         async def run() -> list[str]:
-            async with AsyncEvaluatorClient(proc.target) as client:
+            async with AsyncEvaluatorClient(proc.target, attempts=1) as client:  # no client retries here
 
                 async def one() -> str:
                     try:
@@ -297,8 +297,9 @@ def test_stage_killed_during_a_stream_then_resumed(stage_urls: dict[str, str], l
     out = tmp_path / "killed.jsonl"
     try:
         assert wait_health(orch.target, "SERVING", timeout=120) == "SERVING", seg.tail()
+        # --attempts 1: no retry with backoff, so that the items the dead stage failed are left for the rerun
         cmd = [sys.executable, "-m", "negt2i", "submit", str(demo), "--orchestrator", orch.target, "--out", str(out),
-               "--no-progress"]  # fmt: skip
+               "--no-progress", "--attempts", "1"]  # fmt: skip
         submit = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         end = time.monotonic() + 60
         while time.monotonic() < end and (not out.exists() or len(out.read_text().splitlines()) < 6):

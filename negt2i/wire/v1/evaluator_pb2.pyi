@@ -887,6 +887,16 @@ class ServerLimits(_message.Message):
     MAX_IMAGE_BYTES_FIELD_NUMBER: _builtins.int
     MAX_PIXELS_FIELD_NUMBER: _builtins.int
     MAX_IN_FLIGHT_PER_STREAM_FIELD_NUMBER: _builtins.int
+    MAX_INFLIGHT_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_ACTIVE_ITEMS_FIELD_NUMBER: _builtins.int
+    MAX_WAITING_ITEMS_FIELD_NUMBER: _builtins.int
+    MAX_STATEMENTS_FIELD_NUMBER: _builtins.int
+    MAX_OBJECTS_FIELD_NUMBER: _builtins.int
+    MAX_TEXT_CHARS_FIELD_NUMBER: _builtins.int
+    MAX_EXTRA_JSON_BYTES_FIELD_NUMBER: _builtins.int
+    MAX_EXTRA_JSON_DEPTH_FIELD_NUMBER: _builtins.int
+    MAX_REQUEST_ID_CHARS_FIELD_NUMBER: _builtins.int
+    AUTH_REQUIRED_FIELD_NUMBER: _builtins.int
     max_message_bytes: _builtins.int
     """Largest gRPC message accepted, in bytes."""
     max_image_bytes: _builtins.int
@@ -894,7 +904,29 @@ class ServerLimits(_message.Message):
     max_pixels: _builtins.int
     """Most pixels (H x W) per image."""
     max_in_flight_per_stream: _builtins.int
-    """Most items of one stream judged concurrently."""
+    """Most items of one stream judged concurrently: the client keeps at most this many items unanswered
+    (the stream's initial metadata "negt2i-max-in-flight" carries the same grant).
+    """
+    max_inflight_bytes: _builtins.int
+    """Global in-flight byte budget of admitted items (encoded bytes + 16 bytes per pixel each)."""
+    max_active_items: _builtins.int
+    """Most items judged at once over all streams and calls (more wait for admission)."""
+    max_waiting_items: _builtins.int
+    """Most items waiting for admission (more get RESOURCE_EXHAUSTED at once)."""
+    max_statements: _builtins.int
+    """Most statements per prompt."""
+    max_objects: _builtins.int
+    """Most objects per prompt."""
+    max_text_chars: _builtins.int
+    """Longest text field of a prompt (id, prompt, tag, class names, values, predicates), in characters."""
+    max_extra_json_bytes: _builtins.int
+    """Largest PromptSpec.extra_json, in bytes."""
+    max_extra_json_depth: _builtins.int
+    """Deepest nesting of PromptSpec.extra_json."""
+    max_request_id_chars: _builtins.int
+    """Longest EvaluateRequest.request_id, in characters."""
+    auth_required: _builtins.bool
+    """Whether calls (other than health checks) need "authorization: Bearer <token>"."""
     def __init__(
         self,
         *,
@@ -902,10 +934,20 @@ class ServerLimits(_message.Message):
         max_image_bytes: _builtins.int = ...,
         max_pixels: _builtins.int = ...,
         max_in_flight_per_stream: _builtins.int = ...,
+        max_inflight_bytes: _builtins.int = ...,
+        max_active_items: _builtins.int = ...,
+        max_waiting_items: _builtins.int = ...,
+        max_statements: _builtins.int = ...,
+        max_objects: _builtins.int = ...,
+        max_text_chars: _builtins.int = ...,
+        max_extra_json_bytes: _builtins.int = ...,
+        max_extra_json_depth: _builtins.int = ...,
+        max_request_id_chars: _builtins.int = ...,
+        auth_required: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_image_bytes", b"max_image_bytes", "max_in_flight_per_stream", b"max_in_flight_per_stream", "max_message_bytes", b"max_message_bytes", "max_pixels", b"max_pixels"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auth_required", b"auth_required", "max_active_items", b"max_active_items", "max_extra_json_bytes", b"max_extra_json_bytes", "max_extra_json_depth", b"max_extra_json_depth", "max_image_bytes", b"max_image_bytes", "max_in_flight_per_stream", b"max_in_flight_per_stream", "max_inflight_bytes", b"max_inflight_bytes", "max_message_bytes", b"max_message_bytes", "max_objects", b"max_objects", "max_pixels", b"max_pixels", "max_request_id_chars", b"max_request_id_chars", "max_statements", b"max_statements", "max_text_chars", b"max_text_chars", "max_waiting_items", b"max_waiting_items"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -424,22 +424,46 @@ class StageLimits(_message.Message):
     MAX_REQUEST_BYTES_FIELD_NUMBER: _builtins.int
     MAX_BATCH_SIZE_FIELD_NUMBER: _builtins.int
     MAX_PIXELS_FIELD_NUMBER: _builtins.int
+    MAX_MASKS_PER_ITEM_FIELD_NUMBER: _builtins.int
+    MAX_MASK_PIXELS_FIELD_NUMBER: _builtins.int
+    MAX_ANSWERS_FIELD_NUMBER: _builtins.int
+    MAX_TEXT_CHARS_FIELD_NUMBER: _builtins.int
+    MAX_RLE_CHARS_FIELD_NUMBER: _builtins.int
+    BODY_TIMEOUT_S_FIELD_NUMBER: _builtins.int
     max_request_bytes: _builtins.int
     """Largest request body in bytes (larger bodies get HTTP 413)."""
     max_batch_size: _builtins.int
     """Most items the service runs through the model at once (adaptive batching merges requests up to it)."""
     max_pixels: _builtins.int
     """Most pixels (H x W) per image (larger images are rejected per item)."""
+    max_masks_per_item: _builtins.int
+    """Most boxes / masks per item (segmenter, attributes); more: the item fails with status 400."""
+    max_mask_pixels: _builtins.int
+    """Most mask pixels per item (masks x H x W); more: the item fails with status 400."""
+    max_answers: _builtins.int
+    """Most answers (and class names) per attributes item."""
+    max_text_chars: _builtins.int
+    """Longest text field of an item (class name, answer), in characters."""
+    max_rle_chars: _builtins.int
+    """Longest compressed RLE string per mask is min(this, 2 x H x W + 16) characters (checked before decoding)."""
+    body_timeout_s: _builtins.float
+    """Seconds a client has to send the whole request body (HTTP 408 after)."""
     def __init__(
         self,
         *,
         max_request_bytes: _builtins.int = ...,
         max_batch_size: _builtins.int = ...,
         max_pixels: _builtins.int = ...,
+        max_masks_per_item: _builtins.int = ...,
+        max_mask_pixels: _builtins.int = ...,
+        max_answers: _builtins.int = ...,
+        max_text_chars: _builtins.int = ...,
+        max_rle_chars: _builtins.int = ...,
+        body_timeout_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_batch_size", b"max_batch_size", "max_pixels", b"max_pixels", "max_request_bytes", b"max_request_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body_timeout_s", b"body_timeout_s", "max_answers", b"max_answers", "max_batch_size", b"max_batch_size", "max_mask_pixels", b"max_mask_pixels", "max_masks_per_item", b"max_masks_per_item", "max_pixels", b"max_pixels", "max_request_bytes", b"max_request_bytes", "max_rle_chars", b"max_rle_chars", "max_text_chars", b"max_text_chars"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,325 @@
+"""Serving under load, with secure transport, against real processes: concurrent ``negt2i submit`` runs
+through a tight admission (refusals retried with backoff, everything judged), health latency while the
+orchestrator is saturated, TLS / mutual TLS / bearer token, a stalled orchestrator, idle stage connections."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from benchmarks.bench_overload import run_submits
+from negt2i.cli import main
+from negt2i.client import EvaluatorClient, make_request, submit
+from negt2i.config import load_config
+from negt2i.evaluate import discover
+from negt2i.spec import parse_prompt
+from negt2i.transport import Tls
+from negt2i.wire import adapter
+from negt2i.wire.stage_handlers import ROUTES
+from negt2i.wire.v1 import common_pb2, evaluator_pb2
+from orchestrator.demo_data import write_demo
+from tests.reliability.test_catalogue import images
+from tests.services.live import Proc, free_port, start_orchestrator, wait_health
+
+pytestmark = pytest.mark.xdist_group("reliability")
+
+PROMPT = {
+    "id": "depth-x",
+    "category": "depth",
+    "prompt": "a photo of a dog not behind a horse",
+    "include": [{"class": "dog"}, {"class": "horse"}],
+    "statements": [{"kind": "relation", "subject": 0, "target": 1, "predicate": "behind", "polarity": "negated"}],
+}
+
+
+def _rows(path: Path) -> dict[str, dict[str, Any]]:
+    rows = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        r.pop("services", None)
+        rows[r["filename"]] = r
+    return rows
+
+
+@pytest.fixture(scope="module")
+def demo(rel_tmp: Path) -> tuple[Path, Path]:
+    root = rel_tmp / "demo"
+    write_demo(root, prompts=6, samples=2, seed=3, size=64)  # 64 px: within the stages' small mask limits
+    embedded = rel_tmp / "demo-embedded.jsonl"
+    assert main(["evaluate", str(root), "--out", str(embedded), "--backend", "synthetic", "--no-progress"]) == 0
+    return root, embedded
+
+
+def test_concurrent_submits_through_a_tight_admission_all_complete(
+    rel_urls: dict[str, str], rel_tmp: Path, demo: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """4 submits at once; the orchestrator judges 2 items at a time with 1 waiting for at most 0.2 s, so
+    most sends are refused with RESOURCE_EXHAUSTED: every run still exits 0 with every image judged (the
+    same lines as negt2i evaluate), because the clients retry with backoff."""
+    root, embedded = demo
+    env = {"NEGT2I_MAX_ACTIVE": "2", "NEGT2I_MAX_WAITING": "1", "NEGT2I_MAX_WAIT_S": "0.2", "NEGT2I_STREAM_WINDOW": "4"}
+    orch = start_orchestrator(rel_urls, rel_tmp, env=env)
+    try:
+        assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
+        result = run_submits(orch.target, root, tmp_path, 4, orch.popen.pid, extra_args=("--attempts", "50"))
+        assert result.exits == [0] * 4, "\n".join(result.stderr)
+        assert result.retried > 0, "the admission bounds were never reached: the test proves nothing"
+        assert result.failed == 0 and result.ok + result.errors == 4 * 12
+        want = _rows(embedded)
+        for out in result.outputs:
+            assert _rows(out) == want
+    finally:
+        orch.kill()
+
+
+def test_health_answers_within_100ms_while_saturated(rel_orchestrator: Proc) -> None:
+    """3 streams keep the orchestrator busy (its admission full, judging on worker threads); health checks
+    meanwhile answer within 100 ms (90 % of them; every one within 1 s)."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PILImage
+
+    rng = np.random.default_rng(0)
+    buf = io.BytesIO()
+    PILImage.fromarray(rng.integers(0, 255, (320, 320, 3), dtype=np.uint8)).save(buf, format="PNG")
+    noisy = buf.getvalue()  # ~300 KB of noise: slow to decode and to judge
+    prompt = parse_prompt(PROMPT)
+    busy = threading.Event()
+    done = threading.Event()
+
+    def stream() -> None:
+        with EvaluatorClient(rel_orchestrator.target) as client:
+            reqs = [make_request(noisy if k % 2 else images()["$png"], prompt=prompt, request_id=str(k))
+                    for k in range(8)]  # fmt: skip
+            for _ in client.stream(reqs, timeout=300):
+                busy.set()
+        done.set()
+
+    threads = [threading.Thread(target=stream, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    latencies = []
+    with EvaluatorClient(rel_orchestrator.target) as client:
+        assert busy.wait(60)
+        while not done.is_set() and len(latencies) < 30:
+            start = time.perf_counter()
+            assert client.health(timeout=5) == "SERVING"
+            latencies.append(time.perf_counter() - start)
+            time.sleep(0.05)
+    for t in threads:
+        t.join(300)
+    assert len(latencies) >= 10, "the load ended before health was measured"
+    latencies.sort()
+    p90 = latencies[int(0.9 * (len(latencies) - 1))]
+    assert p90 < 0.1 and latencies[-1] < 1.0, f"median {statistics.median(latencies):.3f} s, p90 {p90:.3f} s"
+
+
+# --------------------------------------------------------------------------- TLS and the token
+
+
+def _certs(tmp: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 / localhost and a client certificate, made here."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def build(cn: str, key: Any, issuer: x509.Name, issuer_key: Any, *, ca: bool = False,
+              san: list[x509.GeneralName] | None = None, usage: Any = None) -> x509.Certificate:  # fmt: skip
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(name(cn))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if san:
+            b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        if usage:
+            b = b.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        return b.sign(issuer_key, hashes.SHA256())
+
+    def write(path: Path, cert: x509.Certificate, key: Any) -> tuple[Path, Path]:
+        path.with_suffix(".crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        path.with_suffix(".key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))  # fmt: skip
+        return path.with_suffix(".crt"), path.with_suffix(".key")
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = build("negt2i test CA", ca_key, name("negt2i test CA"), ca_key, ca=True)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    server = build("localhost", server_key, ca.subject, ca_key, san=san, usage=ExtendedKeyUsageOID.SERVER_AUTH)
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client = build("generator", client_key, ca.subject, ca_key, usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    ca_crt, _ = write(tmp / "ca", ca, ca_key)
+    server_crt, server_key_path = write(tmp / "server", server, server_key)
+    client_crt, client_key_path = write(tmp / "client", client, client_key)
+    return {"ca": ca_crt, "server_crt": server_crt, "server_key": server_key_path, "client_crt": client_crt,
+            "client_key": client_key_path}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def secure(rel_urls: dict[str, str], rel_tmp: Path) -> Iterator[tuple[Proc, dict[str, Path]]]:
+    certs = _certs(rel_tmp)
+    env = {"NEGT2I_TLS_CERT": str(certs["server_crt"]), "NEGT2I_TLS_KEY": str(certs["server_key"]),
+           "NEGT2I_TLS_CLIENT_CA": str(certs["ca"]), "NEGT2I_AUTH_TOKEN": "s3cret-token"}  # fmt: skip
+    orch = start_orchestrator(rel_urls, rel_tmp, env=env)
+    try:
+        yield orch, certs
+    finally:
+        orch.kill()
+
+
+def test_mutual_tls_and_token(secure: tuple[Proc, dict[str, Path]], demo: tuple[Path, Path], tmp_path: Path) -> None:
+    orch, certs = secure
+    tls = Tls(str(certs["ca"]), str(certs["client_crt"]), str(certs["client_key"]))
+    prompt = parse_prompt(PROMPT)
+    end = time.monotonic() + 60
+    with EvaluatorClient(orch.target, tls=tls, token="s3cret-token", attempts=1) as client:
+        while True:  # health needs no token
+            try:
+                if client.health(timeout=2) == "SERVING":
+                    break
+            except grpc.RpcError:
+                pass
+            assert time.monotonic() < end, orch.tail()
+            time.sleep(0.2)
+        assert client.evaluate(images()["$png"], prompt=prompt).verdict is not None
+    for kwargs, code in (
+        ({"tls": tls, "token": ""}, "UNAUTHENTICATED"),  # no token
+        ({"tls": tls, "token": "wrong"}, "UNAUTHENTICATED"),
+        ({"tls": Tls(str(certs["ca"])), "token": "s3cret-token"}, "UNAVAILABLE"),  # no client certificate
+        ({"tls": None, "token": "s3cret-token"}, "UNAVAILABLE"),  # plaintext against TLS
+    ):
+        with EvaluatorClient(orch.target, attempts=1, timeout=10, **kwargs) as client:
+            with pytest.raises(Exception) as info:
+                client.evaluate(images()["$png"], prompt=prompt)
+            assert getattr(info.value, "code", "") == code, (kwargs, info.value)
+    # negt2i submit with the same options, the token from a file
+    root, embedded = demo
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    out = tmp_path / "secure.jsonl"
+    args = ["submit", str(root), "--orchestrator", orch.target, "--out", str(out), "--no-progress", "--tls-ca",
+            str(certs["ca"]), "--tls-cert", str(certs["client_crt"]), "--tls-key", str(certs["client_key"]),
+            "--token-file", str(token)]  # fmt: skip
+    assert main(args) == 0
+    assert _rows(out) == _rows(embedded)
+
+
+def test_reflection_is_off_by_default(rel_orchestrator: Proc) -> None:
+    from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+
+    with grpc.insecure_channel(rel_orchestrator.target) as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            ProtoReflectionDescriptorDatabase(channel).get_services()
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+# --------------------------------------------------------------------------- a stalled orchestrator
+
+
+class _Stalled:
+    """A gRPC server that reports SERVING and answers GetServiceInfo, but never answers a stream item."""
+
+    def __init__(self) -> None:
+        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+        config = load_config("current")
+        stages = [common_pb2.StageService(stage=s, model=common_pb2.ModelInfo(stage=s, model=f"{s}-model"))
+                  for s in ROUTES]  # fmt: skip
+        self.info = evaluator_pb2.ServiceInfo(rules_json=json.dumps(config.record()), rules_digest=config.digest(),
+                                              rules_name=config.name, stages=stages)  # fmt: skip
+        self.release = threading.Event()
+        self.server = grpc.server(futures.ThreadPoolExecutor(4))
+        handlers = {
+            "GetServiceInfo": grpc.unary_unary_rpc_method_handler(
+                lambda req, ctx: self.info, request_deserializer=evaluator_pb2.GetServiceInfoRequest.FromString,
+                response_serializer=evaluator_pb2.ServiceInfo.SerializeToString),
+            "EvaluateStream": grpc.stream_stream_rpc_method_handler(
+                self._stream, request_deserializer=evaluator_pb2.EvaluateRequest.FromString,
+                response_serializer=evaluator_pb2.EvaluateStreamResponse.SerializeToString),
+        }  # fmt: skip
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("negt2i.v1.Evaluator", handlers),))
+        servicer = health.HealthServicer()
+        servicer.set("negt2i.v1.Evaluator", health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, self.server)
+        self.port = free_port()
+        self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        self.server.start()
+
+    def _stream(self, requests: Any, context: Any) -> Iterator[Any]:
+        for _ in requests:
+            pass
+        self.release.wait(60)
+        return iter(())
+
+
+def test_submit_never_hangs_on_a_stalled_orchestrator(demo: tuple[Path, Path], tmp_path: Path) -> None:
+    stalled = _Stalled()
+    try:
+        root, _ = demo
+        start = time.monotonic()
+        outcome = submit(discover(root), tmp_path / "out.jsonl", f"127.0.0.1:{stalled.port}", item_timeout=2.0,
+                         progress=False)  # fmt: skip
+        assert time.monotonic() - start < 20
+        assert outcome.stream_error is not None and "stopped answering" in outcome.stream_error
+        assert len(outcome.retry) == 12 and outcome.summary.evaluated == 0
+    finally:
+        stalled.release.set()
+        stalled.server.stop(0)
+
+
+# --------------------------------------------------------------------------- idle stage connections
+
+
+def test_idle_connections_do_not_lock_a_stage_out(rel_stages: dict[str, Proc]) -> None:
+    """60 connections that send headers and part of a body, then nothing: each is dropped after the body
+    read timeout (1 s here) and a good request meanwhile is answered."""
+    proc = rel_stages["depth"]
+    head = (b"POST /depth HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{\"items\": [")  # fmt: skip
+    socks = []
+    try:
+        for _ in range(60):
+            s = socket.create_connection(("127.0.0.1", proc.port), timeout=10)
+            s.sendall(head)
+            socks.append(s)
+        item = adapter.to_json(evaluator_pb2.EvaluateRequest(image=adapter.image_to_proto(images()["$png"])).image)
+        start = time.monotonic()
+        r = httpx.post(f"{proc.url}/depth", json={"items": [{"image": item}]}, timeout=30, trust_env=False)
+        assert r.status_code == 200 and "error" not in r.json()[0]
+        assert time.monotonic() - start < 10
+        dropped = 0
+        for s in socks:
+            try:
+                dropped += s.recv(64).startswith(b"HTTP/1.1 408")
+            except OSError:
+                pass
+        assert dropped == len(socks)
+    finally:
+        for s in socks:
+            s.close()
