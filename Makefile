@@ -65,7 +65,7 @@ STAGES := detector segmenter attributes depth
 IMAGE_TARGETS := $(addprefix image-,$(STAGES) orchestrator)
 DOCKER_BUILD = DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION)
 
-.PHONY: images push $(IMAGE_TARGETS) k8s k8s-render k8s-test constraints
+.PHONY: images push $(IMAGE_TARGETS) image-generate k8s k8s-render k8s-test constraints
 
 images: $(IMAGE_TARGETS)
 
@@ -84,6 +84,10 @@ push:
 # component. tests/k8s fail while rendered files and sources disagree.
 k8s: setup
 	$(BIN)/python scripts/render_k8s.py --registry "$(REGISTRY)" --tag "$(TAG)"
+
+# The generation runner (k8s/jobs/generate, docs/generate.md); not part of `make images`.
+image-generate:
+	$(DOCKER_BUILD) -f docker/generate.Dockerfile -t $(REGISTRY)/generate:$(TAG) .
 
 # Render every overlay and Job to build/k8s/ (ignored) for review or `kubectl diff -f`.
 k8s-render: setup

@@ -23,7 +23,7 @@ echo "setup: installing into .venv (first run takes several minutes)"
 "${PIP[@]}" --upgrade pip setuptools wheel
 "${PIP[@]}" "torch==2.14.1" "torchvision==0.29.1"
 SAM2_BUILD_CUDA=0 SAM2_BUILD_ALLOW_ERRORS=1 "${PIP[@]}" --no-build-isolation "sam2>=1.1,<2"
-"${PIP[@]}" -e ".[dev,models,serving,reports]"
+"${PIP[@]}" -e ".[dev,models,serving,reports,generate]"
 rm -f .venv/.setup-*
 touch "$stamp"
 echo "setup: .venv ready"

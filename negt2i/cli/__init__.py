@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "negt2i.cli.agreement_cmd",
     "negt2i.cli.submit_cmd",
     "negt2i.cli.conformance_cmd",
+    "negt2i.cli.generate_cmd",
 )
 
 

@@ -18,6 +18,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.metadata as md
+import importlib.util
 import json
 import re
 import sys
@@ -91,6 +92,14 @@ def main(argv: Sequence[str]) -> int:
     }
     sys.path.insert(0, ".")
     sys.meta_path.insert(0, _Blocker(blocked))
+    # Availability probes (``importlib.util.find_spec(name) is not None``, as diffusers and transformers do for
+    # their optional packages) see a blocked package as absent, as they would in the image, instead of failing.
+    probe = importlib.util.find_spec
+
+    def find_spec(name: str, package: str | None = None) -> importlib.machinery.ModuleSpec | None:
+        return None if name.partition(".")[0] in blocked else probe(name, package)
+
+    importlib.util.find_spec = find_spec
     for module in modules:
         importlib.import_module(module)
     targets = json.loads(argv[2]) if len(argv) > 2 else []
