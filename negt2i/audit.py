@@ -370,7 +370,7 @@ def write_audit(
     filename: str = "audit.html",
 ) -> AuditPage:
     """Write the page ``out/filename`` and ``out/images/*.png`` for ``lines`` (already selected)."""
-    from negt2i.evaluate import load_image
+    from negt2i.images import load_image
 
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)

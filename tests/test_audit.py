@@ -13,7 +13,7 @@ from PIL import Image
 
 from negt2i.audit import explain_statement, select
 from negt2i.cli import main
-from negt2i.evaluate import load_image
+from negt2i.images import load_image
 from negt2i.perception_file import decode, read_perception
 from negt2i.results import read_results
 from orchestrator.demo_data import write_demo

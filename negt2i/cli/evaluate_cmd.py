@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from negt2i.cli.common import EXIT_INPUT, add_results_args, parse_device
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES
 
 
@@ -35,12 +36,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--device",
+        type=parse_device,
         default=os.environ.get("NEGT2I_DEVICE", "auto"),
         help="auto, cpu, cuda or cuda:N [NEGT2I_DEVICE, default auto]",
     )
     p.add_argument("--weights-dir", default=None, help="weights cache [NEGT2I_WEIGHTS_DIR, ~/.cache/negt2i/weights]")
     p.add_argument("--batch-size", type=int, default=8, help="images per detector / depth call (default 8)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N images (in job order)")
+    add_results_args(p)
     p.add_argument("--backend", default=None, help="backend name for all four stages (e.g. synthetic)")
     for stage in STAGES:
         p.add_argument(
@@ -49,6 +52,11 @@ def register(sub: Any) -> None:
             metavar="NAME",
             help=f"{stage} backend [NEGT2I_{stage.upper()}_BACKEND, default {DEFAULT_BACKENDS[stage]}]",
         )
+    p.add_argument(
+        "--fetch-weights",
+        action="store_true",
+        help="first download the missing weights of the backends this run uses (`make evaluate` does)",
+    )
     p.add_argument(
         "--save-perception",
         nargs="?",
@@ -82,8 +90,9 @@ def perception_path(args: argparse.Namespace) -> str | None:
 def _run(args: argparse.Namespace) -> int:
     from negt2i import weights
     from negt2i.config import load_config
-    from negt2i.evaluate import EvaluateError, discover, evaluate
+    from negt2i.evaluate import EvaluateError, discover, evaluate, select_shard
     from negt2i.pipeline import Stages
+    from negt2i.results import ResultsFileError
     from negt2i.spec import SpecError
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 0):
@@ -91,11 +100,16 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         config = load_config(args.rules)
-        jobs = discover(args.images, args.prompts)
+        jobs = select_shard(discover(args.images, args.prompts), args.shard)
         if not jobs:
             print(f"error: {args.images}: no images found", file=sys.stderr)
             return 2
         backends = backends_from_args(args)
+        if args.fetch_weights:
+            root = weights.weights_dir(args.weights_dir)
+            todo = [n for n in weights.needed(backends.values()) if weights.missing_files(weights.WEIGHTS[n], root)]
+            if todo:
+                weights.fetch(todo, root)
         weights.require(backends.values(), args.weights_dir)
         stages = Stages.create(backends, device=args.device, weights_dir=args.weights_dir, config=config)
         summary = evaluate(
@@ -106,11 +120,13 @@ def _run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             limit=args.limit,
             progress=not args.no_progress,
+            retry_errors=args.retry_errors,
+            replace_changed=args.replace_changed,
             save_perception=perception_path(args),
         )
-    except (EvaluateError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
+    except (EvaluateError, ResultsFileError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
     print(summary.text())
     print(f"results: {args.out}")
     if args.save_perception is not None:

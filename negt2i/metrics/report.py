@@ -73,11 +73,11 @@ def parse_inputs(specs: Sequence[str]) -> list[tuple[str, list[Path]]]:
         if not name:
             raise ValueError(f"{spec!r}: empty model name (use NAME=PATH)")
         matches = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
-        if not matches:
-            raise ValueError(f"{spec!r}: no file matches {path!r}")
+        if not matches:  # a missing input: FileNotFoundError, exit code 2 like every command
+            raise FileNotFoundError(f"{spec!r}: no file matches {path!r}")
         for m in matches:
             if not Path(m).is_file():
-                raise ValueError(f"{spec!r}: {m} is not a file")
+                raise FileNotFoundError(f"{spec!r}: {m} is not a file")
         if name not in files:
             order.append(name)
             files[name] = []

@@ -140,7 +140,7 @@ def test_strict_mode_and_input_errors(
     out = str(tmp_path / "o")
     assert main(["report", str(files["a"]), "--out", out, "--bootstrap", "20", "--no-plots", "--strict"]) == 3
     assert "data:image/png" not in (tmp_path / "o" / "report.html").read_text()
-    assert main(["report", f"A={files['dir']}/nothing-*.jsonl", "--out", out]) == 1
+    assert main(["report", f"A={files['dir']}/nothing-*.jsonl", "--out", out]) == 2  # a missing input
     assert "no file matches" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text(files["a"].read_text().splitlines()[0] + "\n" + '{"status": "ok", "filename": "x.png"}\n')
