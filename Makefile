@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test lint typecheck unit bench bench-pipeline evaluate weights clean
+.PHONY: setup test lint typecheck unit report-sample bench bench-pipeline evaluate weights clean
 
 setup:
 	@scripts/setup.sh
@@ -20,6 +20,10 @@ unit: setup
 # The README's test command: lint, strict types on negt2i/, and the whole test suite.
 test: lint typecheck unit
 
+# Regenerate the committed sample report (docs/report-sample/); tests/metrics/test_report_sample.py checks it.
+report-sample: setup
+	$(BIN)/python -m negt2i.metrics.sample docs/report-sample
+
 bench: setup
 	$(BIN)/python benchmarks/bench_judge.py
 
@@ -29,17 +33,17 @@ bench-pipeline: setup
 
 # The main job: judge generated images (GenEval layout folder or JSONL manifest), resumable.
 #   make evaluate IMAGES=path/to/images OUT=results.jsonl [ARGS="--device cuda --limit 100"]
-# Missing weights are fetched first (present ones are only verified); FETCH=0 skips that
-# step, e.g. offline with ARGS="--backend synthetic".
+# Missing weights of the backends the run uses are fetched first (--fetch-weights; none for
+# ARGS="--backend synthetic", which runs offline); FETCH=0 never fetches.
 OUT ?= results.jsonl
 ARGS ?=
 FETCH ?= 1
 evaluate: setup
 	@test -n "$(IMAGES)" || { echo "usage: make evaluate IMAGES=folder-or-manifest [OUT=results.jsonl] [ARGS=...]" >&2; exit 2; }
-	@if [ "$(FETCH)" != 0 ]; then $(BIN)/negt2i weights fetch; fi
-	$(BIN)/negt2i evaluate "$(IMAGES)" --out "$(OUT)" $(ARGS)
+	$(BIN)/negt2i evaluate "$(IMAGES)" --out "$(OUT)" $(if $(filter 0,$(FETCH)),,--fetch-weights) $(ARGS)
 
-# Download the four models' weights into NEGT2I_WEIGHTS_DIR (default ~/.cache/negt2i/weights).
+# Download the four models' weights into NEGT2I_WEIGHTS_DIR (default ~/.cache/negt2i/weights);
+# `negt2i weights fetch --all` adds the Mask R-CNN ablation detector.
 weights: setup
 	$(BIN)/negt2i weights fetch
 

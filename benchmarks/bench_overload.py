@@ -137,50 +137,43 @@ def _png(size: int, seed: int) -> bytes:
     from negt2i.wire import adapter
 
     s = size
-    objs = [SceneObject("dog", (s * 0.1, s * 0.5, s * 0.4, s * 0.9), "ellipse"),
-            SceneObject("horse", (s * 0.55, s * 0.1, s * 0.95, s * 0.6))]  # fmt: skip
+
+    def box(x0: float, y0: float, x1: float, y1: float) -> tuple[int, int, int, int]:
+        return int(s * x0), int(s * y0), int(s * x1), int(s * y1)
+
+    objs = [SceneObject("dog", box(0.1, 0.5, 0.4, 0.9), "ellipse"), SceneObject("horse", box(0.55, 0.1, 0.95, 0.6))]
     image = render_scene(objs, (s, s))
     image[seed % s, :, 0] ^= 1  # distinct bytes per image
     return adapter.encode_png(image)
 
 
 def run_large(urls: Mapping[str, str], tmp: Path, streams: int, images: int, size: int, limit: int) -> dict[str, Any]:
-    """``streams`` concurrent streams of ``images`` images of ``size`` px; the orchestrator's peak RSS."""
-    from negt2i.client import EvaluatorClient, make_request
-    from negt2i.spec import parse_prompt
+    """``streams`` concurrent ``negt2i submit`` runs of a folder of ``images`` images of ``size`` px; the
+    orchestrator's peak RSS (its in-flight budget the default for a memory limit of ``limit`` bytes)."""
     from orchestrator.admission import default_budget
 
     budget = default_budget(limit=limit)
-    env = {"NEGT2I_MAX_INFLIGHT_BYTES": str(budget), "NEGT2I_MAX_MESSAGE_BYTES": str(64 << 20),
-           "NEGT2I_MAX_IMAGE_BYTES": str(48 << 20)}  # fmt: skip
-    orch = start_orchestrator(urls, tmp, env=env)
-    prompt = parse_prompt({"id": "big", "category": "directional", "prompt": "a dog not left of a horse",
-                           "include": [{"class": "dog"}, {"class": "horse"}],
-                           "statements": [{"kind": "relation", "subject": 0, "target": 1, "predicate": "left of",
-                                           "polarity": "negated"}]})  # fmt: skip
+    env = {"NEGT2I_MAX_INFLIGHT_BYTES": str(budget)}
+    folder = tmp / "large"
+    samples = folder / "00000" / "samples"
+    samples.mkdir(parents=True)
+    record = {"id": "big", "category": "directional", "prompt": "a dog not left of a horse",
+              "include": [{"class": "dog"}, {"class": "horse"}],
+              "statements": [{"kind": "relation", "subject": 0, "target": 1, "predicate": "left of",
+                              "polarity": "negated"}]}  # fmt: skip
+    (folder / "00000" / "metadata.jsonl").write_text(json.dumps(record) + "\n")
     data = [_png(size, k) for k in range(min(images, 4))]
-    counts: dict[str, int] = {}
-    lock = threading.Lock()
-
-    def one(k: int) -> None:
-        with EvaluatorClient(orch.target, max_message_bytes=64 << 20) as client:
-            reqs = (make_request(data[i % len(data)], prompt=prompt, request_id=f"{k}-{i}") for i in range(images))
-            for resp in client.stream(reqs, timeout=1800):
-                key = "ok" if resp.HasField("result") else f"error {resp.error.message[:80]}"
-                with lock:
-                    counts[key] = counts.get(key, 0) + 1
-
+    for k in range(images):
+        (samples / f"{k:04d}.png").write_bytes(data[k % len(data)])
+    orch = start_orchestrator(urls, tmp, env=env)
     try:
         assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
-        start = time.monotonic()
-        with PeakRss(orch.popen.pid) as rss:
-            threads = [threading.Thread(target=one, args=(k,)) for k in range(streams)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        return {"budget": budget, "peak_rss": rss.peak, "counts": counts, "seconds": time.monotonic() - start,
-                "encoded": sum(len(d) for d in data) // len(data)}  # fmt: skip
+        out = tmp / "large-out"
+        out.mkdir()
+        r = run_submits(orch.target, folder, out, streams, orch.popen.pid, ("--item-timeout", "3600"), timeout=7200)
+        encoded = sum(len(d) for d in data) // len(data)
+        return {"budget": budget, "peak_rss": r.peak_rss, "seconds": r.seconds, "exits": r.exits, "ok": r.ok,
+                "errors": r.errors, "retried": r.retried, "encoded": encoded}  # fmt: skip
     finally:
         orch.kill()
 
@@ -251,10 +244,10 @@ def _large(a: argparse.Namespace, tmp: Path, urls: dict[str, str]) -> int:
     print(f"{a.large_streams} streams x {a.large_images} images of {a.large_size} px "
           f"({big['encoded'] / 2**20:.1f} MiB encoded each), in-flight budget {big['budget'] / 2**20:.0f} MiB "
           f"(memory limit {a.memory_limit / 2**20:.0f} MiB), {big['seconds']:.1f} s")  # fmt: skip
-    print(f"  answers: {big['counts']}")
+    print(f"  exit codes {big['exits']}, items ok {big['ok']}, error lines {big['errors']}, retried {big['retried']}")
     print(f"  orchestrator peak RSS {big['peak_rss'] / 2**20:.0f} MiB "
           f"({'under' if big['peak_rss'] < a.memory_limit else 'OVER'} the limit)")  # fmt: skip
-    return int(big["peak_rss"] >= a.memory_limit)
+    return int(big["peak_rss"] >= a.memory_limit or any(big["exits"]))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ grpc is imported lazily (``negt2i`` itself never imports it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import uuid
@@ -348,15 +349,19 @@ def _record_of(
     models: dict[str, Any],
     services: dict[str, str],
     outcome: SubmitOutcome,
+    perceptions: dict[str, tuple[Verdict, ImagePerception, bool]] | None = None,
+    sha256: str | None = None,
 ) -> dict[str, Any] | None:
     """The results line of one stream response (None: transient failure, no line)."""
-    from negt2i.evaluate import error_line
-    from negt2i.results import ok_record
+    from negt2i.evaluate import error_line, verdict_line
     from negt2i.wire import adapter
 
     if resp.HasField("result"):
         verdict = adapter.verdict_from_proto(resp.result.verdict)
-        record = ok_record(verdict, filename=job.filename, sample=job.sample, models=models)
+        record = verdict_line(job, verdict, models, sha256)
+        if perceptions is not None and resp.result.HasField("perception"):
+            seen = resp.result.perception
+            perceptions[job.filename] = (verdict, adapter.perception_from_proto(seen), seen.used_depth)
         record["services"] = adapter.services_record(list(resp.result.stages)) or services
         return record
     err = resp.error
@@ -370,7 +375,7 @@ def _record_of(
         kind = "invalid_metadata"
     elif err.field.startswith("image"):
         kind = "unreadable_image"
-    return error_line(job, f"{kind}: {code}: {err.message}", config, models)
+    return error_line(job, f"{kind}: {code}: {err.message}", config, models, sha256)
 
 
 def _rules_from_info(info: evaluator_pb2.ServiceInfo) -> RuleConfig:
@@ -380,16 +385,6 @@ def _rules_from_info(info: evaluator_pb2.ServiceInfo) -> RuleConfig:
     if info.rules_digest and config.digest() != info.rules_digest:
         raise ClientError("INTERNAL", f"rule config digest mismatch ({config.digest()} != {info.rules_digest})")
     return config
-
-
-def select_shard(jobs: Sequence[Job], shard: tuple[int, int] | None) -> list[Job]:
-    """Jobs ``i`` with ``i % N == I`` for shard ``(I, N)``."""
-    if shard is None:
-        return list(jobs)
-    index, count = shard
-    if not 0 <= index < count:
-        raise ValueError(f"shard {index}/{count}: need 0 <= I < N")
-    return [job for i, job in enumerate(jobs) if i % count == index]
 
 
 class _Feeder:
@@ -500,9 +495,13 @@ def submit(
     attempts: int = DEFAULT_ATTEMPTS,
     progress: bool = True,
     client: EvaluatorClient | None = None,
+    save_perception: str | Path | None = None,
+    retry_errors: bool = False,
+    replace_changed: bool = False,
 ) -> SubmitOutcome:
     """Stream ``jobs`` (the first ``limit``) to the orchestrator at ``target`` and write ``out`` like
-    ``negt2i evaluate`` (see the module docstring).
+    ``negt2i evaluate`` (see the module docstring). ``save_perception`` as for ``negt2i evaluate`` (the
+    orchestrator is asked for the perception with ``include_perception``).
 
     Flow control and retries: at most ``ServiceInfo.limits.max_in_flight_per_stream`` items are unanswered
     at once; an item answered RESOURCE_EXHAUSTED / UNAVAILABLE is sent again after a jittered exponential
@@ -511,18 +510,29 @@ def submit(
     (orchestrator restarting, connection lost) is reopened with backoff and its unanswered items resent.
     When no answer arrives for ``item_timeout`` seconds while items are in flight, the run stops with a
     clear error (``stream_error``); what was not judged gets no line (a rerun judges it).
+
+    The results file is written by the one results writer (``negt2i.results.ResultsWriter``: locked before
+    anything is sent, refused unless new or ours) and resumed by content exactly like ``negt2i evaluate``
+    (``retry_errors``, ``replace_changed``); each image is read, hashed and checked by the one decoder
+    (``negt2i.evaluate.read_job``) before it is sent.
     """
     import threading
     import time
 
     from tqdm import tqdm
 
-    from negt2i.evaluate import Summary, error_line, load_image, resume_state
-    from negt2i.results import write_line
+    from negt2i.evaluate import Loaded, error_line, finish_summary, plan_run, read_job
+    from negt2i.perception_file import PerceptionWriter
+    from negt2i.results import ResultsWriter
     from negt2i.wire import adapter
 
+    writer = ResultsWriter(out)  # the one writer, locked before anything is sent
     own = client is None
-    cl = client or EvaluatorClient(target)
+    try:
+        cl = client or EvaluatorClient(target)
+    except BaseException:
+        writer.close()
+        raise
     try:
         info = cl.info()
         missing = [s.stage for s in info.stages if not s.model.model]
@@ -532,15 +542,13 @@ def submit(
         models = adapter.models_record(list(info.stages))
         services = adapter.services_record(list(info.stages))
         selected = list(jobs[:limit] if limit is not None else jobs)
-        out_path = Path(out)
-        done = resume_state(out_path, config, models)
-        todo = [job for job in selected if job.filename not in done]
-        summary = Summary(total=len(selected), skipped=len(selected) - len(todo))
+        todo, summary = plan_run(
+            writer, selected, config, models, retry_errors=retry_errors, replace_changed=replace_changed
+        )
         outcome = SubmitOutcome(summary)
-        if out_path.parent != Path():
-            out_path.parent.mkdir(parents=True, exist_ok=True)
         pending: dict[int, dict[str, Any] | None] = {}
         local: dict[int, str] = {}
+        hashes: dict[int, str | None] = {}
         sends: dict[int, int] = {}
         first_sent: dict[int, float] = {}
         window = int(info.limits.max_in_flight_per_stream) or 32
@@ -549,40 +557,46 @@ def submit(
 
         def make(i: int) -> evaluator_pb2.EvaluateRequest | None:
             job = todo[i]
-            if job.error is not None or job.prompt is None:
-                local[i] = job.error or "missing_metadata: no prompt"
-                return None
-            try:
-                load_image(job.path)  # the same check (and message) as negt2i evaluate
-                data = job.path.read_bytes()
-            except (ValueError, OSError) as exc:
-                local[i] = f"unreadable_image: {job.filename}: {exc}"
+            try:  # the same read, hash and decoder check (and message) as negt2i evaluate
+                loaded = read_job(job)
+            except Exception as exc:  # never let one image end the stream for all the others
+                loaded = Loaded(None, error=f"unreadable_image: {job.filename}: {type(exc).__name__}: {exc}")
+            hashes[i] = loaded.sha256
+            if loaded.error is not None or job.prompt is None:
+                local[i] = loaded.error or "missing_metadata: no prompt"
                 return None
             sends[i] = sends.get(i, 0) + 1
             first_sent.setdefault(i, time.monotonic())
-            return make_request(data, prompt=job.prompt, request_id=str(i))
+            return make_request(
+                loaded.data, prompt=job.prompt, request_id=str(i), include_perception=save_perception is not None
+            )
 
         bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="submit")
         next_index = 0
-        with out_path.open("a", encoding="utf-8") as fh:
+        side = None if save_perception is None else PerceptionWriter(save_perception)
+        perceptions: dict[str, tuple[Verdict, ImagePerception, bool]] = {}
+        with writer, side if side is not None else contextlib.nullcontext():
 
             def flush() -> None:
                 nonlocal next_index
                 while next_index < len(todo):
                     if next_index in local:
                         record: dict[str, Any] | None = error_line(
-                            todo[next_index], local.pop(next_index), config, models
+                            todo[next_index], local.pop(next_index), config, models, hashes.get(next_index)
                         )
                     elif next_index in pending:
                         record = pending.pop(next_index)
                     else:
                         return
                     if record is not None:
+                        seen = perceptions.pop(record["filename"], None)
+                        if side is not None and seen is not None:  # written in job order, before its line
+                            side.write(record["filename"], record["sample"], *seen[:2], used_depth=seen[2])
                         if record["status"] == "error":
                             summary.errors[str(record["error"]).split(":", 1)[0]] += 1
                         else:
                             summary.correct += int(record["correct"])
-                        write_line(fh, record)
+                        writer.write(record)
                         summary.evaluated += 1
                     next_index += 1
                     bar.update(1)
@@ -608,7 +622,11 @@ def submit(
                         feeder.again(i, delay)
                         return
                 feeder.answered(i)
-                pending[i] = _record_of(resp, todo[i], config=config, models=models, services=services, outcome=outcome)
+                pending[i] = _record_of(
+                    resp, todo[i], config=config, models=models, services=services, outcome=outcome,
+                    perceptions=perceptions if side is not None else None,
+                    sha256=hashes.get(i),
+                )  # fmt: skip
                 flush()
 
             stream_failures = 0
@@ -674,8 +692,11 @@ def submit(
                     give_up(i)
             flush()
         bar.close()
+        writer.close()
+        finish_summary(summary, out)
         return outcome
     finally:
+        writer.close()
         if own:
             cl.close()
 

@@ -6,7 +6,7 @@ Inputs
   record (ours or GenEval's; a record without ``id`` takes the folder's name) and
   ``ROOT/<prompt>/samples/*`` the images. Every file under ``samples/`` is a job,
   images or not, so nothing is skipped silently; the sample index is the file
-  stem when it is a number (``0003.png`` -> 3).
+  stem when it is a number (``0003.png`` -> 3; see ``_sample_indices``).
 - **Manifest** (a ``.jsonl`` file): one line per image,
   ``{"file": "imgs/a.png", "metadata": {...prompt record...}}`` or
   ``{"file": "imgs/a.png", "prompt_id": "color-pos0_neg1-000"}`` with ``--prompts``
@@ -14,10 +14,14 @@ Inputs
   manifest's folder.
 
 Jobs run in a stable order (folders, then samples, sorted by name; manifests in
-line order). Output is one results line per image (``negt2i.results``), written
-whole and flushed in job order. A run resumes: images already in the output file
-are skipped, a torn last line left by a crash is cut off, and a file written with
-another rule config or other models is refused rather than mixed.
+line order). Output is one results line per image, written whole and flushed in
+job order by the one results writer (``negt2i.results.ResultsWriter``, also used by
+``negt2i submit``): ``--out`` must be new or a results file of ours, and is locked
+for the run. A run resumes by content (``ResultsWriter.plan``): an image is skipped
+only when its line has the same image SHA-256 and prompt; a changed verdict image
+refuses the run unless ``replace_changed``; error lines are judged again when
+their input changed or with ``retry_errors``. Images are read once per job
+(``read_job``: bytes, SHA-256, the one decoder ``negt2i.images``).
 
 An image that cannot be judged gives an error line whose ``error`` starts with
 its kind: ``unreadable_image``, ``missing_metadata``, ``invalid_metadata``,
@@ -26,6 +30,8 @@ its kind: ``unreadable_image``, ``missing_metadata``, ``invalid_metadata``,
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import re
 import sys
@@ -34,16 +40,17 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO
-
-import numpy as np
+from typing import Any, Final
 
 from negt2i.config import CURRENT, RuleConfig
+from negt2i.images import ImageError, decode_image
 from negt2i.jsonl import iter_json_lines
+from negt2i.metrics.totals import Totals
 from negt2i.pipeline import Pipeline, Stages
-from negt2i.results import error_record, ok_record, write_line
+from negt2i.results import ResultsWriter, ResumeKey, error_record, ok_record, prompt_metadata
 from negt2i.spec import Prompt, SpecError, parse_prompt, read_prompts
 from negt2i.stages.base import Image
+from negt2i.verdict import Verdict
 
 ERROR_KINDS: Final[tuple[str, ...]] = ("unreadable_image", "missing_metadata", "invalid_metadata", "stage_error")
 """Kinds of error lines, the first word of their ``error`` field."""
@@ -72,8 +79,13 @@ class Job:
 # --------------------------------------------------------------------------- inputs
 
 
-def _sample_index(path: Path, position: int) -> int:
-    return int(path.stem) if path.stem.isdigit() else position
+def _sample_indices(paths: Sequence[Path]) -> list[int | None]:
+    """Sample index of each file of a ``samples/`` folder: the stem when it is a number (``0003.png`` -> 3);
+    in a folder without numbered files, the position; otherwise ``None`` (never a number another file has)."""
+    numbered = [p.stem.isdigit() for p in paths]
+    if not any(numbered):
+        return list(range(len(paths)))
+    return [int(p.stem) if ok else None for p, ok in zip(paths, numbered, strict=True)]
 
 
 def _visible(path: Path) -> bool:
@@ -142,9 +154,9 @@ def geneval_jobs(root: Path, warn: Callable[[str], None] | None = None) -> list[
             warn(f"{folder}: no images under samples/")
             continue
         prompt, error, pid = _read_metadata(folder, real_root)
-        for position, path in enumerate(samples):
+        for path, sample in zip(samples, _sample_indices(samples), strict=True):
             filename = path.relative_to(root).as_posix()
-            jobs.append(Job(filename, path, _sample_index(path, position), prompt, error, pid))
+            jobs.append(Job(filename, path, sample, prompt, error, pid))
     return jobs
 
 
@@ -199,72 +211,34 @@ def discover(images: str | Path, prompts_file: str | Path | None = None) -> list
     raise EvaluateError(f"{root}: no such folder or manifest file")
 
 
-def load_image(path: Path) -> Image:
-    """RGB ``uint8`` (H, W, 3) pixels of an image file; raises ``ValueError`` saying why it is unreadable."""
-    from PIL import Image as PILImage
-    from PIL import UnidentifiedImageError
-
-    try:
-        if path.stat().st_size == 0:
-            raise ValueError("empty file")
-        with PILImage.open(path) as im:
-            im.load()
-            rgb = im.convert("RGB")
-    except UnidentifiedImageError:
-        raise ValueError("not an image file") from None
-    except (OSError, SyntaxError) as exc:  # truncated or corrupt data
-        raise ValueError(str(exc) or type(exc).__name__) from None
-    arr = np.asarray(rgb, dtype=np.uint8)
-    if arr.ndim != 3 or arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ValueError(f"image has no pixels (shape {arr.shape})")
-    return np.ascontiguousarray(arr)
-
-
 # --------------------------------------------------------------------------- results file
 
 
-def _identity(models: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    return {
-        stage: (str(info.get("backend", "")), str(info.get("model", "")), str(info.get("sha256", "")))
-        for stage, info in models.items()
-        if isinstance(info, Mapping)
-    }
+def file_sha256(path: Path) -> str | None:
+    """SHA-256 (hex) of a file's bytes; ``None`` when it cannot be read (the job becomes an error line)."""
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
 
 
-def resume_state(out: Path, config: RuleConfig, models: Mapping[str, Any]) -> set[str]:
-    """Filenames already in ``out``; cuts a torn last line and refuses a file made differently."""
-    if not out.exists():
-        return set()
-    with out.open("rb+") as fh:
-        data = fh.read()
-        if data and not data.endswith(b"\n"):
-            keep = data.rfind(b"\n") + 1
-            print(f"warning: {out}: removing a partial last line left by an interrupted run", file=sys.stderr)
-            fh.truncate(keep)
-            data = data[:keep]
-    done: set[str] = set()
-    want = _identity(models)
-    for lineno, raw in enumerate(data.decode("utf-8").splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError:
-            raise EvaluateError(f"{out}: line {lineno} is not valid JSON; not appending to it") from None
-        digest = (record.get("config") or {}).get("digest")
-        if digest and digest != config.digest():
-            raise EvaluateError(
-                f"{out} was written with rule config {digest} (line {lineno}), this run uses {config.digest()} "
-                f"({config.name}); write to another --out file"
-            )
-        got = _identity(record.get("models") or {})
-        if got and got != want:
-            raise EvaluateError(
-                f"{out} was written by other models (line {lineno}: {got}); this run uses {want}; "
-                "write to another --out file"
-            )
-        done.add(str(record.get("filename")))
-    return done
+def resume_keys(jobs: Sequence[Job]) -> list[ResumeKey]:
+    """What identifies each job's judgement in a results file: file name, image SHA-256, prompt record."""
+    return [ResumeKey(job.filename, file_sha256(job.path), prompt_metadata(job.prompt, job.prompt_id)) for job in jobs]
+
+
+def select_shard(jobs: Sequence[Job], shard: tuple[int, int] | None) -> list[Job]:
+    """Jobs ``i`` with ``i % N == I`` for shard ``(I, N)`` (``negt2i evaluate`` and ``negt2i submit``)."""
+    if shard is None:
+        return list(jobs)
+    index, count = shard
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: need 0 <= I < N")
+    return [job for i, job in enumerate(jobs) if i % count == index]
 
 
 # --------------------------------------------------------------------------- the run
@@ -272,30 +246,44 @@ def resume_state(out: Path, config: RuleConfig, models: Mapping[str, Any]) -> se
 
 @dataclass
 class Summary:
-    """What a run did."""
+    """What a run did, and the totals of the whole results file after it (``negt2i.metrics.totals``)."""
 
     total: int = 0
     skipped: int = 0
     evaluated: int = 0
     correct: int = 0
     errors: Counter[str] = field(default_factory=Counter)
+    retried: int = 0
+    """Error lines judged again (``--retry-errors``, or their image / prompt changed)."""
+    replaced: int = 0
+    """Verdicts of changed images judged again (``--replace-changed``)."""
+    kept_errors: int = 0
+    """Error lines left as they were (same image and prompt)."""
+    totals: Totals | None = None
+    totals_error: str | None = None
+    """Why the file's totals could not be computed (``negt2i report`` would refuse the file too)."""
 
     @property
     def judged(self) -> int:
         return self.evaluated - sum(self.errors.values())
 
     def text(self) -> str:
-        parts = [f"{self.evaluated} images evaluated ({self.skipped} already done, {self.total} in total)"]
-        if self.judged:
-            parts.append(f"{self.correct}/{self.judged} correct ({100.0 * self.correct / self.judged:.1f}%)")
-        n_err = sum(self.errors.values())
-        if n_err:
-            kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.errors.items()))
-            parts.append(f"{n_err} error lines ({kinds})")
-        return "; ".join(parts)
+        """The session line, then the file's totals line (identical to ``negt2i report``'s)."""
+        session = f"{self.evaluated} images evaluated ({self.skipped} already done, {self.total} in this run)"
+        if self.retried or self.replaced:
+            session += f"; {self.retried} error lines and {self.replaced} changed images judged again"
+        if self.kept_errors:
+            session += f"; {self.kept_errors} error lines kept (--retry-errors judges them again)"
+        if self.totals is None:
+            if self.totals_error:
+                return f"{session}\nresults file: cannot be scored: {self.totals_error}"
+            return session
+        return f"{session}\nresults file: {self.totals.text()}"
 
 
-def error_line(job: Job, error: str, config: RuleConfig, models: Mapping[str, Any]) -> dict[str, Any]:
+def error_line(
+    job: Job, error: str, config: RuleConfig, models: Mapping[str, Any], sha256: str | None = None
+) -> dict[str, Any]:
     """The results line of an image that could not be judged (see ``negt2i.results.error_record``)."""
     p = job.prompt
     return error_record(
@@ -309,35 +297,92 @@ def error_line(job: Job, error: str, config: RuleConfig, models: Mapping[str, An
         setting=p.setting if p else None,
         config=config.record(),
         models=models,
+        sha256=sha256,
+        metadata=prompt_metadata(p, job.prompt_id),
     )
 
 
-def _load_batch(batch: Sequence[Job]) -> list[Image | str]:
-    out: list[Image | str] = []
-    for job in batch:
-        if job.error is not None:
-            out.append(job.error)
-            continue
-        try:
-            out.append(load_image(job.path))
-        except (ValueError, OSError) as exc:
-            out.append(f"unreadable_image: {job.filename}: {exc}")
-    return out
+def verdict_line(job: Job, verdict: Verdict, models: Mapping[str, Any], sha256: str | None) -> dict[str, Any]:
+    """The results line of a judged image (see ``negt2i.results.ok_record``)."""
+    return ok_record(
+        verdict,
+        filename=job.filename,
+        sample=job.sample,
+        models=models,
+        sha256=sha256,
+        metadata=prompt_metadata(job.prompt, job.prompt_id),
+    )
 
 
-def _lock_exclusively(fh: TextIO, path: Path) -> None:
-    """Hold an exclusive lock on the results file so two runs never append to it at once."""
-    import fcntl
+@dataclass(frozen=True)
+class Loaded:
+    """A job's image as read for judging: its file's SHA-256 and pixels, or the error line's reason."""
 
+    sha256: str | None
+    data: bytes = b""
+    pixels: Image | None = None
+    error: str | None = None
+
+
+def read_job(job: Job, *, decode: bool = True) -> Loaded:
+    """Read ``job``'s file once: hash the bytes and decode them with the one decoder (``negt2i.images``)."""
     try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        raise EvaluateError(f"{path} is being written by another negt2i evaluate run") from None
+        data = job.path.read_bytes()
+    except OSError as exc:
+        return Loaded(None, error=job.error or f"unreadable_image: {job.filename}: cannot read ({exc.strerror or exc})")
+    digest = hashlib.sha256(data).hexdigest()
+    if job.error is not None:
+        return Loaded(digest, error=job.error)
+    if job.prompt is None:
+        return Loaded(digest, error="missing_metadata: no prompt for this image")
+    try:
+        pixels = decode_image(data) if decode else None
+    except ImageError as exc:
+        return Loaded(digest, error=f"unreadable_image: {job.filename}: {exc}")
+    return Loaded(digest, data, pixels)
+
+
+def _load_batch(batch: Sequence[Job]) -> list[Loaded]:
+    return [read_job(job) for job in batch]
 
 
 def _batches(jobs: Sequence[Job], size: int) -> Iterator[Sequence[Job]]:
     for start in range(0, len(jobs), size):
         yield jobs[start : start + size]
+
+
+def plan_run(
+    writer: ResultsWriter,
+    jobs: Sequence[Job],
+    config: RuleConfig,
+    models: Mapping[str, Any],
+    *,
+    retry_errors: bool = False,
+    replace_changed: bool = False,
+) -> tuple[list[Job], Summary]:
+    """Check that ``writer``'s file was made with ``config`` and ``models`` and plan the run by content
+    (``ResultsWriter.plan``): the jobs to judge, in order, and the run's ``Summary`` so far."""
+    writer.check_compatible(config.digest(), config.name, models)
+    plan = writer.plan(resume_keys(jobs), retry_errors=retry_errors, replace_changed=replace_changed)
+    summary = Summary(
+        total=len(jobs),
+        skipped=plan.skipped,
+        retried=len(plan.retried),
+        replaced=len(plan.changed),
+        kept_errors=plan.kept_errors,
+    )
+    return [jobs[i] for i in plan.todo], summary
+
+
+def finish_summary(summary: Summary, out: str | Path) -> Summary:
+    """Fill ``summary.totals`` from the whole results file (the same numbers as ``negt2i report``)."""
+    from negt2i.metrics.totals import file_totals
+
+    try:
+        summary.totals = file_totals(out)
+    except ValueError as exc:  # ResultsFormatError, an image seen twice: what negt2i report would say
+        summary.totals_error = str(exc)
+    return summary
 
 
 def evaluate(
@@ -349,56 +394,60 @@ def evaluate(
     batch_size: int = 8,
     limit: int | None = None,
     progress: bool = True,
+    retry_errors: bool = False,
+    replace_changed: bool = False,
+    save_perception: str | Path | None = None,
 ) -> Summary:
-    """Judge ``jobs`` (the first ``limit``) into ``out``, resuming; returns the run's summary."""
+    """Judge ``jobs`` (the first ``limit``) into ``out``, resuming by content; returns the run's summary.
+
+    ``save_perception``: also append each judged image's detections and refined masks to this
+    side file (``negt2i.perception_file``), written before the image's results line.
+    """
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     selected = list(jobs[:limit] if limit is not None else jobs)
     models = stages.models()
-    out_path = Path(out)
-    if out_path.parent != Path():
-        out_path.parent.mkdir(parents=True, exist_ok=True)
     pipeline = Pipeline(stages, config)
     from tqdm import tqdm
 
-    with out_path.open("a", encoding="utf-8") as fh, ThreadPoolExecutor(max_workers=1) as pool:
-        _lock_exclusively(fh, out_path)
-        done = resume_state(out_path, config, models)
-        todo = [job for job in selected if job.filename not in done]
-        summary = Summary(total=len(selected), skipped=len(selected) - len(todo))
+    from negt2i.perception_file import PerceptionWriter
+
+    with (
+        ResultsWriter(out) as writer,
+        ThreadPoolExecutor(max_workers=1) as pool,
+        contextlib.nullcontext(None) if save_perception is None else PerceptionWriter(save_perception) as side,
+    ):
+        todo, summary = plan_run(
+            writer, selected, config, models, retry_errors=retry_errors, replace_changed=replace_changed
+        )
         bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="evaluate")
         batches = list(_batches(todo, batch_size))
-        pending: Future[list[Image | str]] | None = pool.submit(_load_batch, batches[0]) if batches else None
+        pending: Future[list[Loaded]] | None = pool.submit(_load_batch, batches[0]) if batches else None
         for k, batch in enumerate(batches):
             assert pending is not None  # submitted for every batch
             loaded = pending.result()
             pending = pool.submit(_load_batch, batches[k + 1]) if k + 1 < len(batches) else None
-            ready: list[int] = []
-            prompts: list[Prompt] = []
-            pixels: list[Image] = []
-            for i, item in enumerate(loaded):
-                prompt = batch[i].prompt
-                if not isinstance(item, str) and prompt is not None:
-                    ready.append(i)
-                    prompts.append(prompt)
-                    pixels.append(item)
-            results = pipeline.run(prompts, pixels)
+            ready = [i for i, item in enumerate(loaded) if item.pixels is not None]
+            prompts = [batch[i].prompt for i in ready]
+            pixels = [loaded[i].pixels for i in ready]
+            results = pipeline.run(prompts, pixels)  # type: ignore[arg-type]  # both filtered to non-None
             by_index = dict(zip(ready, results, strict=True))
             for i, job in enumerate(batch):
                 item = loaded[i]
                 res = by_index.get(i)
-                if isinstance(item, str) or res is None:
-                    reason = item if isinstance(item, str) else "missing_metadata: no prompt for this image"
-                    record = error_line(job, reason, config, models)
+                if item.error is not None or res is None:
+                    record = error_line(job, item.error or "stage_error: not run", config, models, item.sha256)
                 elif res.verdict is not None:
-                    record = ok_record(res.verdict, filename=job.filename, sample=job.sample, models=models)
+                    record = verdict_line(job, res.verdict, models, item.sha256)
+                    if side is not None and res.perception is not None:
+                        side.write(job.filename, job.sample, res.verdict, res.perception)
                     summary.correct += int(res.verdict.correct)
                 else:
-                    record = error_line(job, f"stage_error: {res.error}", config, models)
+                    record = error_line(job, f"stage_error: {res.error}", config, models, item.sha256)
                 if record["status"] == "error":
                     summary.errors[str(record["error"]).split(":", 1)[0]] += 1
-                write_line(fh, record)
+                writer.write(record)
                 summary.evaluated += 1
             bar.update(len(batch))
         bar.close()
-    return summary
+    return finish_summary(summary, out)

@@ -40,6 +40,10 @@ class WeightsError(RuntimeError):
     """Weights are unusable (a hash mismatch, a broken lock file)."""
 
 
+class WeightsFetchError(WeightsError):
+    """Downloading failed (no network, ...); the message says what to do instead."""
+
+
 class WeightsMissingError(WeightsError):
     """Weights are not in the cache; the message says how to fetch them."""
 
@@ -174,7 +178,28 @@ def missing_files(e: WeightsEntry, root: Path) -> list[str]:
 
 def _fetch_hint(root: Path, names: Sequence[str]) -> str:
     command = f"negt2i weights fetch --dir {root} {' '.join(names)}"
-    return f"run `{command}` (or set NEGT2I_WEIGHTS_DIR to a folder that has them)"
+    return f"run `{command}` (or set NEGT2I_WEIGHTS_DIR to a folder that has them). {offline_help(names)}"
+
+
+def offline_help(names: Sequence[str]) -> str:
+    """What to do without network: fetch elsewhere and copy the cache, or the synthetic offline run."""
+    return (
+        "Without network: on a connected machine run `negt2i weights fetch --dir DIR "
+        f"{' '.join(names)}`, copy DIR here and set NEGT2I_WEIGHTS_DIR=DIR (or pass --weights-dir DIR). "
+        "To try the whole pipeline offline without any weights: `negt2i evaluate IMAGES --out OUT --backend "
+        'synthetic` (or `make evaluate IMAGES=... ARGS="--backend synthetic"`): drawn test scenes only, '
+        "not for scoring real images."
+    )
+
+
+def needed(backends: Iterable[str]) -> list[str]:
+    """The backends of ``backends`` that have weights (``synthetic`` and plug-in backends need none),
+    in order, without repeats."""
+    out: list[str] = []
+    for name in backends:
+        if name in WEIGHTS and name not in out:
+            out.append(name)
+    return out
 
 
 def require(names: Iterable[str], path: str | Path | None = None) -> None:
@@ -279,20 +304,24 @@ def _download_hf(e: WeightsEntry, folder: Path) -> str:
     return revision
 
 
-def _download_url(e: WeightsEntry, folder: Path) -> str:
+def _download_url(e: WeightsEntry, folder: Path, *, progress: bool = True) -> str:
     import httpx
+    from tqdm import tqdm
 
     target = folder / e.main_file
     with httpx.stream("GET", e.repo, follow_redirects=True, timeout=60.0) as response:
         response.raise_for_status()
-        with target.open("wb") as fh:
+        total = int(response.headers.get("content-length") or 0) or None
+        bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=e.name, disable=not progress)
+        with target.open("wb") as fh, bar:
             for block in response.iter_bytes(1 << 20):
                 fh.write(block)
+                bar.update(len(block))
     return e.revision
 
 
 def download(e: WeightsEntry, folder: Path) -> str:
-    """The default downloader: Hugging Face Hub or a plain URL."""
+    """The default downloader: Hugging Face Hub (its own progress bars) or a plain URL (a progress bar)."""
     return _download_hf(e, folder) if e.source == "hf" else _download_url(e, folder)
 
 
@@ -325,7 +354,15 @@ def fetch(
         log(f"{name}: fetching {e.repo} ({e.revision}, about {e.size_mb} MB) ...")
         tmp = Path(tempfile.mkdtemp(prefix=f".{e.name}-", dir=root))
         try:
-            revision = downloader(e, tmp)
+            try:
+                revision = downloader(e, tmp)
+            except (WeightsError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # no network, a proxy, a hub error: many types, one clear message
+                raise WeightsFetchError(
+                    f"{name}: could not download {e.repo} ({type(exc).__name__}: {exc}). "
+                    f"{offline_help(list(names or WEIGHTS))}"
+                ) from None
             gone = [f for f in e.files if not (tmp / f).is_file()]
             if gone:
                 raise WeightsError(f"{name}: the download lacks {', '.join(gone)}")

@@ -166,7 +166,8 @@ class RemoteStages:
     async def call(self, stage: str, item: dict[str, Any], deadline: float) -> dict[str, Any]:
         """POST one item to a stage and return its one JSON result (see the module docstring)."""
         url = f"{self.urls[stage]}/{ROUTES[stage]}"
-        body = json.dumps({"items": [item]}, separators=(",", ":")).encode()
+        # encoding (base64 images, RLE strings) and decoding bodies run on worker threads: never on the loop
+        body = await asyncio.to_thread(lambda: json.dumps({"items": [item]}, separators=(",", ":")).encode())
         async with self.limiters[stage]:
             attempt = 0
             while True:
@@ -192,7 +193,7 @@ class RemoteStages:
                 else:
                     self.wire.add(stage, len(body), len(r.content))
                     if r.status_code == 200:
-                        return self._one_result(stage, r)
+                        return await asyncio.to_thread(self._one_result, stage, r)
                     if r.status_code not in RETRY_STATUS:
                         raise self._http_error(stage, r)
                     retry_reason = f"HTTP {r.status_code}"
@@ -243,12 +244,17 @@ class RemoteStages:
 
     async def detect(self, image: bytes, shape_hw: tuple[int, int], deadline: float) -> Detections:
         """Detections of one image (validated against its size)."""
-        item = adapter.to_json(stages_pb2.DetectItem(image=adapter.image_to_proto(image)))
-        msg = self._parse("detector", await self.call("detector", item, deadline), stages_pb2.DetectResult)
-        try:
-            det = adapter.detections_from_proto(msg, field="detector")
-        except adapter.WireError as exc:
-            raise StageCallError("INTERNAL", "detector", f"contract violation: {exc}") from None
+        item = await asyncio.to_thread(adapter.to_json, stages_pb2.DetectItem(image=adapter.image_to_proto(image)))
+        data = await self.call("detector", item, deadline)
+
+        def decode() -> Detections:  # RLE masks: on a worker thread
+            msg = self._parse("detector", data, stages_pb2.DetectResult)
+            try:
+                return adapter.detections_from_proto(msg, field="detector")
+            except adapter.WireError as exc:
+                raise StageCallError("INTERNAL", "detector", f"contract violation: {exc}") from None
+
+        det = await asyncio.to_thread(decode)
         if det.shape_hw != shape_hw:
             raise StageCallError("INTERNAL", "detector", f"detections are for {det.shape_hw}, the image is {shape_hw}")
         return det
@@ -257,18 +263,23 @@ class RemoteStages:
         self, image: bytes, boxes: NDArray[np.float32], refs: BoolMask, shape_hw: tuple[int, int], deadline: float
     ) -> BoolMask:
         """Refined masks (K, H, W) for K box prompts."""
-        item = adapter.to_json(adapter.segment_item(image, boxes, refs))
-        msg = self._parse("segmenter", await self.call("segmenter", item, deadline), stages_pb2.SegmentResult)
-        try:
-            return adapter.segment_result_masks(msg, boxes.shape[0], shape_hw)
-        except adapter.WireError as exc:
-            raise StageCallError("INTERNAL", "segmenter", f"contract violation: {exc}") from None
+        item = await asyncio.to_thread(lambda: adapter.to_json(adapter.segment_item(image, boxes, refs)))
+        data = await self.call("segmenter", item, deadline)
+
+        def decode() -> BoolMask:
+            msg = self._parse("segmenter", data, stages_pb2.SegmentResult)
+            try:
+                return adapter.segment_result_masks(msg, boxes.shape[0], shape_hw)
+            except adapter.WireError as exc:
+                raise StageCallError("INTERNAL", "segmenter", f"contract violation: {exc}") from None
+
+        return await asyncio.to_thread(decode)
 
     async def attributes(
         self, image: bytes, masks: BoolMask, names: list[str], answers: tuple[str, ...], deadline: float
     ) -> NDArray[np.float32]:
         """Scores (K, A)."""
-        item = adapter.to_json(adapter.attributes_item(image, masks, names, answers))
+        item = await asyncio.to_thread(lambda: adapter.to_json(adapter.attributes_item(image, masks, names, answers)))
         msg = self._parse("attributes", await self.call("attributes", item, deadline), stages_pb2.AttributesResult)
         try:
             return adapter.attributes_result_scores(msg, masks.shape[0], len(answers))
@@ -277,9 +288,15 @@ class RemoteStages:
 
     async def depth(self, image: bytes, shape_hw: tuple[int, int], deadline: float) -> NDArray[np.float32]:
         """Disparity (H, W) float32."""
-        item = adapter.to_json(stages_pb2.DepthItem(image=adapter.image_to_proto(image), encoding=self.depth_encoding))
-        msg = self._parse("depth", await self.call("depth", item, deadline), stages_pb2.DepthResult)
-        try:
-            return adapter.depth_result_map(msg, shape_hw)
-        except adapter.WireError as exc:
-            raise StageCallError("INTERNAL", "depth", f"contract violation: {exc}") from None
+        depth_item = stages_pb2.DepthItem(image=adapter.image_to_proto(image), encoding=self.depth_encoding)
+        item = await asyncio.to_thread(adapter.to_json, depth_item)
+        data = await self.call("depth", item, deadline)
+
+        def decode() -> NDArray[np.float32]:
+            msg = self._parse("depth", data, stages_pb2.DepthResult)
+            try:
+                return adapter.depth_result_map(msg, shape_hw)
+            except adapter.WireError as exc:
+                raise StageCallError("INTERNAL", "depth", f"contract violation: {exc}") from None
+
+        return await asyncio.to_thread(decode)

@@ -12,9 +12,10 @@ from PIL import Image as PILImage
 
 from negt2i.cli import evaluate_cmd
 from negt2i.config import CURRENT
-from negt2i.evaluate import EvaluateError, discover, evaluate, load_image
+from negt2i.evaluate import EvaluateError, discover, evaluate
+from negt2i.images import load_image
 from negt2i.pipeline import Stages
-from negt2i.results import read_results
+from negt2i.results import ResultsFileError, read_results
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
 
 
@@ -108,7 +109,7 @@ def test_geneval_layout_verdicts_in_stable_order(images: Path, tmp_path: Path, c
         assert r["config"]["digest"] == CURRENT.digest()
         assert set(r["models"]) == {"detector", "segmenter", "attributes", "depth"}
         assert r["models"]["detector"]["backend"] == "synthetic"
-    assert "7 images evaluated (0 already done, 7 in total)" in capsys.readouterr().out
+    assert "7 images evaluated (0 already done, 7 in this run)" in capsys.readouterr().out
 
 
 def test_batch_size_does_not_change_results(images: Path, tmp_path: Path):
@@ -126,11 +127,11 @@ def test_resumes_after_interruption_and_cuts_a_torn_line(images: Path, tmp_path:
     lines = out.read_text().splitlines(keepends=True)
     assert len(lines) == 3
     # an interrupted write: a partial fourth line without its newline
-    out.write_text("".join(lines) + '{"filename": "00001/samp')
+    out.write_text("".join(lines) + '{"negt2i":"results/1","filename":"00001/samp')
     assert _run(images, out) == 0
     captured = capsys.readouterr()
     assert "removing a partial last line" in captured.err
-    assert "4 images evaluated (3 already done, 7 in total)" in captured.out
+    assert "4 images evaluated (3 already done, 7 in this run)" in captured.out
     assert out.read_text() == full.read_text()
     # nothing left to do
     assert _run(images, out) == 0
@@ -162,7 +163,10 @@ def test_bad_files_are_error_lines(tmp_path: Path, capsys):
     (tmp_path / "more" / "00000" / "samples").rename(root / "00002" / "samples")
     (root / "00003").mkdir()
     (tmp_path / "more" / "00001" / "samples").rename(root / "00003" / "samples")
-    bad = NON_RED_CUP | {"statements": [{"kind": "attribute", "object": 0, "value": "shiny", "polarity": "negated"}]}
+    bad = NON_RED_CUP | {
+        "id": "x3",
+        "statements": [{"kind": "attribute", "object": 0, "value": "shiny", "polarity": "negated"}],
+    }
     (root / "00003" / "metadata.jsonl").write_text(json.dumps(bad) + "\n")
     (root / "00001" / "metadata.jsonl").write_text("{not json\n")
 
@@ -194,16 +198,22 @@ def test_bad_files_are_error_lines(tmp_path: Path, capsys):
         "00003/samples/0000.png": "invalid_metadata",
     }
     assert "empty file" in rows["00000/samples/0001.png"]["error"]
-    assert "not an image file" in rows["00000/samples/notes.txt"]["error"]
+    assert "not a PNG, JPEG or WebP image" in rows["00000/samples/notes.txt"]["error"]
+    assert rows["00000/samples/notes.txt"]["sample"] is None  # never the number of another file
     assert "shiny" in rows["00003/samples/0000.png"]["error"]
     err = rows["00000/samples/0001.png"]
     assert err["correct"] is False and err["prompt_id"] == NON_RED_CUP["id"] and err["category"] == "color"
     assert err["sample"] == 1 and err["models"]["detector"]["backend"] == "synthetic"
-    assert rows["00003/samples/0000.png"]["prompt_id"] == NON_RED_CUP["id"]
+    assert rows["00003/samples/0000.png"]["prompt_id"] == "x3"
     summary = capsys.readouterr().out
     assert "9 images evaluated" in summary
-    assert "1/2 correct" in summary  # the grayscale copy lost the cup's class colour
-    assert "7 error lines (invalid_metadata 2, missing_metadata 1, unreadable_image 4)" in summary
+    # the grayscale copy lost the cup's class colour; error lines count as incorrect images of their prompt
+    assert (
+        "9 images: 2 judged, 7 errors (invalid_metadata 2, missing_metadata 1, unreadable_image 4; "
+        "2 without a prompt, not scored)" in summary
+    )
+    # the one scorable prompt (color, pos0_neg1) has 6 images, 1 correct; x3 has no category
+    assert "image accuracy 16.7%" in summary and "1/7 images correct" in summary
 
 
 def test_manifest_input(tmp_path: Path):
@@ -319,6 +329,45 @@ def test_two_runs_cannot_append_to_the_same_file(images: Path, tmp_path: Path):
     out = tmp_path / "r.jsonl"
     with out.open("a") as other:
         fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with pytest.raises(EvaluateError, match="being written by another negt2i evaluate run"):
+        with pytest.raises(ResultsFileError, match="being written by another negt2i run"):
             evaluate(discover(images), out, Stages.create(SYNTH), progress=False)
     assert out.read_text() == ""
+
+
+def test_save_perception_keeps_what_each_verdict_used(tmp_path: Path) -> None:
+    """The side file holds, per judged image, the masks and scores the measurements came from."""
+    from negt2i.perception_file import decode, read_perception
+    from negt2i.rules import measure_comparative, measure_directional, measure_proximity
+    from orchestrator.demo_data import write_demo
+
+    root = tmp_path / "demo"
+    write_demo(root, prompts=12, samples=2, seed=3)
+    out = tmp_path / "r.jsonl"
+    argv = ["evaluate", str(root), "--out", str(out), "--backend", "synthetic", "--no-progress", "--save-perception"]
+    assert main(argv) == 0
+    side = tmp_path / "r.perception.jsonl"
+    saved = read_perception(side)
+    rows = list(read_results(out))
+    assert len(saved) == len(rows) == 24
+    measure = {"directional": measure_directional, "proximity": measure_proximity, "comparative": measure_comparative}
+    checked: set[str] = set()
+    for row in rows:
+        p = decode(saved[row["filename"]])
+        for o in row["objects"]:  # every kept detection is stored, with the verdict's indices and scores
+            for i, score in o["measurements"]["kept"]:
+                assert p.detections[i].class_name == o["class"] and p.detections[i].score == score
+        for s in row["statements"]:
+            m = s["measurements"]
+            if m["rule"] in measure:  # the relation rule recomputed from the stored refined masks alone
+                a, b = (p.refined[i] for i in m["detections"])
+                recorded = {k: v for k, v in m.items() if k not in ("detections", "mask")}
+                assert measure[m["rule"]](a, b).values == recorded
+                checked.add(m["rule"])
+            elif m["rule"] == "attribute":
+                assert p.attributes[m["detection"]] == m["scores"]
+                checked.add("attribute")
+    assert checked == {"attribute", *measure}
+    # a resumed run judges nothing new and appends nothing
+    size = side.stat().st_size
+    assert main(argv) == 0
+    assert side.stat().st_size == size

@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from negt2i.cli.common import EXIT_INPUT, add_results_args, parse_device
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES
 
 
@@ -35,6 +36,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--device",
+        type=parse_device,
         default=os.environ.get("NEGT2I_DEVICE", "auto"),
         help="auto, cpu, cuda or cuda:N [NEGT2I_DEVICE, default auto]",
     )
@@ -47,6 +49,7 @@ def register(sub: Any) -> None:
     p.add_argument("--weights-dir", default=None, help="weights cache [NEGT2I_WEIGHTS_DIR, ~/.cache/negt2i/weights]")
     p.add_argument("--batch-size", type=int, default=8, help="images per detector / depth call (default 8)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N images (in job order)")
+    add_results_args(p)
     p.add_argument("--backend", default=None, help="backend name for all four stages (e.g. synthetic)")
     for stage in STAGES:
         p.add_argument(
@@ -55,6 +58,20 @@ def register(sub: Any) -> None:
             metavar="NAME",
             help=f"{stage} backend [NEGT2I_{stage.upper()}_BACKEND, default {DEFAULT_BACKENDS[stage]}]",
         )
+    p.add_argument(
+        "--fetch-weights",
+        action="store_true",
+        help="first download the missing weights of the backends this run uses (`make evaluate` does)",
+    )
+    p.add_argument(
+        "--save-perception",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
+        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
@@ -67,11 +84,21 @@ def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
+def perception_path(args: argparse.Namespace) -> str | None:
+    """``--save-perception [PATH]``: None when not asked for; the default path next to ``--out``."""
+    if args.save_perception is None:
+        return None
+    from negt2i.perception_file import default_path
+
+    return args.save_perception or str(default_path(args.out))
+
+
 def _run(args: argparse.Namespace) -> int:
     from negt2i import weights
     from negt2i.config import load_config
-    from negt2i.evaluate import EvaluateError, discover, evaluate
+    from negt2i.evaluate import EvaluateError, discover, evaluate, select_shard
     from negt2i.pipeline import Stages
+    from negt2i.results import ResultsFileError
     from negt2i.spec import SpecError
     from negt2i.stages._torch import parse_dtypes
 
@@ -81,11 +108,16 @@ def _run(args: argparse.Namespace) -> int:
     try:
         dtypes = parse_dtypes(args.dtype, STAGES)
         config = load_config(args.rules)
-        jobs = discover(args.images, args.prompts)
+        jobs = select_shard(discover(args.images, args.prompts), args.shard)
         if not jobs:
             print(f"error: {args.images}: no images found", file=sys.stderr)
             return 2
         backends = backends_from_args(args)
+        if args.fetch_weights:
+            root = weights.weights_dir(args.weights_dir)
+            todo = [n for n in weights.needed(backends.values()) if weights.missing_files(weights.WEIGHTS[n], root)]
+            if todo:
+                weights.fetch(todo, root)
         weights.require(backends.values(), args.weights_dir)
         stages = Stages.create(
             backends,
@@ -102,10 +134,15 @@ def _run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             limit=args.limit,
             progress=not args.no_progress,
+            retry_errors=args.retry_errors,
+            replace_changed=args.replace_changed,
+            save_perception=perception_path(args),
         )
-    except (EvaluateError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
+    except (EvaluateError, ResultsFileError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_INPUT
     print(summary.text())
     print(f"results: {args.out}")
+    if args.save_perception is not None:
+        print(f"perception: {perception_path(args)}")
     return 0

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from negt2i.cli.submit_cmd import _shard
+from negt2i.cli.common import parse_shard
 
 
 def _resolution(text: str) -> tuple[int, int]:
@@ -39,7 +39,7 @@ def register(sub: Any) -> None:
     p.add_argument("--list-models", action="store_true", help="list the presets with their settings and exit")
     p.add_argument("--prompts", default=None, help="prompt JSONL (default: the committed corpus)")
     p.add_argument("--seeds", default="42-45", help="seeds, one sample each: 42-45 or 42,43 (default 42-45)")
-    p.add_argument("--shard", type=_shard, default=None, help="only prompts i with i %% N == I (e.g. 0/4)")
+    p.add_argument("--shard", type=parse_shard, default=None, help="only prompts i with i %% N == I (e.g. 0/4)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts (before sharding)")
     p.add_argument("--batch-size", type=int, default=4, help="images per pipeline call (default 4)")
     p.add_argument("--device", default=os.environ.get("NEGT2I_DEVICE", "auto"),

@@ -39,6 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     from negt2i.metrics import probes
     from negt2i.metrics.records import ResultsFormatError
     from negt2i.metrics.report import build_report, load_model, parse_inputs, table3, write_report
+    from negt2i.metrics.totals import state_totals
 
     try:
         inputs = parse_inputs(args.results)
@@ -71,6 +72,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{'Model':<{width}}  " + " ".join(f"{c:>7}" for c in t.columns[1:]))
     for row in t.rows:
         print(f"{row[0]:<{width}}  " + " ".join(f"{v:>7}" for v in row[1:]))
+    for m in models:  # the same totals line as the end of negt2i evaluate / submit (negt2i.metrics.totals)
+        print(f"{m.name}: {state_totals(m.state).text()}")
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     print(f"wrote {len(written)} files to {args.out}: " + ", ".join(str(p.relative_to(args.out)) for p in written))

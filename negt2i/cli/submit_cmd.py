@@ -7,15 +7,7 @@ import os
 import sys
 from typing import Any
 
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        index, count = (int(v) for v in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected I/N, got {text!r}") from None
-    if not 0 <= index < count:
-        raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= I < N")
-    return index, count
+from negt2i.cli.common import EXIT_FAILED, EXIT_INPUT, add_results_args
 
 
 def register(sub: Any) -> None:
@@ -37,7 +29,7 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--out", required=True, help="results JSONL (appended to; resumed when it exists)")
     p.add_argument("--prompts", default=None, help="prompt corpus JSONL resolving a manifest's prompt_id")
-    p.add_argument("--shard", type=_shard, default=None, help="only jobs i with i %% N == I (e.g. 0/4)")
+    add_results_args(p)
     p.add_argument("--limit", type=int, default=None, help="submit only the first N images (in job order)")
     p.add_argument("--timeout", type=float, default=None, help="deadline of the whole run in seconds (default: none)")
     p.add_argument(
@@ -75,13 +67,24 @@ def register(sub: Any) -> None:
     p.add_argument("--token-file", default=os.environ.get("NEGT2I_TOKEN_FILE", ""),
                    help="file holding the bearer token [NEGT2I_TOKEN_FILE; or NEGT2I_TOKEN]")  # fmt: skip
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the orchestrator to be SERVING")
+    p.add_argument(
+        "--save-perception",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
+        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from negt2i.client import ClientError, EvaluatorClient, select_shard, submit
-    from negt2i.evaluate import EvaluateError, discover
+    from negt2i.cli.evaluate_cmd import perception_path
+    from negt2i.client import ClientError, EvaluatorClient, submit
+    from negt2i.evaluate import EvaluateError, discover, select_shard
+    from negt2i.results import ResultsFileError
     from negt2i.spec import SpecError
 
     try:
@@ -114,10 +117,15 @@ def _run(args: argparse.Namespace) -> int:
             outcome = submit(
                 jobs, args.out, args.orchestrator, limit=args.limit, timeout=args.timeout,
                 item_timeout=args.item_timeout, attempts=args.attempts, progress=not args.no_progress, client=client,
+                retry_errors=args.retry_errors, replace_changed=args.replace_changed,
+                save_perception=perception_path(args),
             )  # fmt: skip
+        except ResultsFileError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_INPUT
         except (ClientError, EvaluateError) as exc:
             print(f"error: {exc}", file=sys.stderr)
-            return 1
+            return EXIT_FAILED
     print(outcome.summary.text())
     if outcome.retried:
         print(f"{outcome.retried} sends were retries after RESOURCE_EXHAUSTED / UNAVAILABLE", file=sys.stderr)

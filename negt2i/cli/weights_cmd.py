@@ -6,13 +6,26 @@ import argparse
 import sys
 from typing import Any
 
+from negt2i.stages.registry import STAGES
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("weights", help="fetch or list the perception models' weights")
     wsub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
     dir_help = "weights cache [NEGT2I_WEIGHTS_DIR, default ~/.cache/negt2i/weights]"
-    fetch = wsub.add_parser("fetch", help="download weights and record their hashes")
-    fetch.add_argument("names", nargs="*", help="backends to fetch (default: all)")
+    fetch = wsub.add_parser(
+        "fetch",
+        help="download weights and record their hashes",
+        description="Download the weights of the backends a run will use: NAMES, or the backends chosen by "
+        "--backend / --detector / --segmenter / --attributes / --depth and NEGT2I_<STAGE>_BACKEND exactly as "
+        "`negt2i evaluate` chooses them (default: the paper's four models; the Mask R-CNN ablation only when "
+        "asked for), or --all.",
+    )
+    fetch.add_argument("names", nargs="*", help="backends to fetch (default: those the run uses, see above)")
+    fetch.add_argument("--all", action="store_true", help="every backend of the weights table")
+    fetch.add_argument("--backend", default=None, help="backend name for all four stages, as for evaluate")
+    for stage in STAGES:
+        fetch.add_argument(f"--{stage}", default=None, metavar="NAME", help=f"{stage} backend, as for evaluate")
     fetch.add_argument("--dir", default=None, help=dir_help)
     fetch.add_argument("--force", action="store_true", help="download again even when present and verified")
     fetch.set_defaults(func=_fetch)
@@ -21,11 +34,27 @@ def register(sub: Any) -> None:
     lst.set_defaults(func=_list)
 
 
+def fetch_names(args: argparse.Namespace) -> list[str]:
+    """The backends ``weights fetch`` downloads: NAMES, ``--all``, or those ``evaluate`` would use."""
+    from negt2i import weights
+    from negt2i.cli.evaluate_cmd import backends_from_args
+
+    if args.names:
+        return list(args.names)
+    if args.all:
+        return list(weights.WEIGHTS)
+    return weights.needed(backends_from_args(args).values())
+
+
 def _fetch(args: argparse.Namespace) -> int:
     from negt2i import weights
 
+    names = fetch_names(args)
+    if not names:
+        print("nothing to fetch: the chosen backends need no weights")
+        return 0
     try:
-        weights.fetch(args.names or None, args.dir, force=args.force)
+        weights.fetch(names, args.dir, force=args.force)
     except (weights.WeightsError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

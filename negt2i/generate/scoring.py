@@ -11,16 +11,22 @@ orchestrator's back-pressure: RESOURCE_EXHAUSTED, a stage UNAVAILABLE, ...) get
 no line: re-running the same ``negt2i generate`` command sends exactly those
 (done images without a results line are submitted again), as does
 ``negt2i submit OUT``.
+
+The results file is written by the one results writer (``negt2i.results.ResultsWriter``:
+locked, refused unless new or ours) and resumed by content: an image is skipped only
+when its line has the same SHA-256 and prompt; an image that changed on disk since
+its line was written is judged again and its line replaced (a generation run
+rewrites what it regenerates).
 """
 
 from __future__ import annotations
 
-import fcntl
+import hashlib
 import queue
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 from negt2i.generate.registry import GenerateError
 
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
     from negt2i.client import EvaluatorClient, SubmitOutcome
     from negt2i.config import RuleConfig
     from negt2i.evaluate import Job
+    from negt2i.results import ResultsWriter
     from negt2i.wire.v1 import evaluator_pb2
 
 
@@ -42,9 +49,12 @@ class Scorer:
         self.in_flight = in_flight
         self.wait = wait
         self.done: set[str] = set()
+        """File names that had a line when the run started (``submit`` still checks their content)."""
         self.outcome: SubmitOutcome | None = None
         self._client: EvaluatorClient | None = None
-        self._fh: TextIO | None = None
+        self._writer: ResultsWriter | None = None
+        self._file_lock = threading.Lock()
+        self._hashes: dict[str, str] = {}
         self._slots = threading.BoundedSemaphore(in_flight)
         self._queue: queue.Queue[evaluator_pb2.EvaluateRequest | None] = queue.Queue()
         self._pending: dict[str, Job] = {}
@@ -60,7 +70,8 @@ class Scorer:
     def start(self) -> None:
         """Connect, read the orchestrator's rules and models, open (and resume) the results file."""
         from negt2i.client import ClientError, EvaluatorClient, SubmitOutcome, _rules_from_info
-        from negt2i.evaluate import EvaluateError, Summary, resume_state
+        from negt2i.evaluate import Summary
+        from negt2i.results import ResultsFileError, ResultsWriter
         from negt2i.wire import adapter
 
         client = EvaluatorClient(self.target, timeout=None)
@@ -77,20 +88,16 @@ class Scorer:
             raise GenerateError(f"orchestrator {self.target}: {exc}") from None
         self._models = adapter.models_record(list(info.stages))
         self._services = adapter.services_record(list(info.stages))
-        if self.results.parent != Path():
-            self.results.parent.mkdir(parents=True, exist_ok=True)
-        fh = self.results.open("a", encoding="utf-8")
         try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.close()
-            raise GenerateError(f"{self.results} is being written by another run") from None
-        self._fh = fh
-        try:
-            self.done = resume_state(self.results, self._config, self._models)
-        except EvaluateError as exc:
+            self._writer = ResultsWriter(self.results)
+            self._writer.check_compatible(self._config.digest(), self._config.name, self._models)
+        except ResultsFileError as exc:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
             raise GenerateError(str(exc)) from None
-        self.outcome = SubmitOutcome(Summary(total=len(self.done), skipped=len(self.done)))
+        self.done = set(self._writer.lines)
+        self.outcome = SubmitOutcome(Summary())
         self._thread = threading.Thread(target=self._stream, name="negt2i-score", daemon=True)
         self._thread.start()
 
@@ -103,7 +110,6 @@ class Scorer:
 
     def _stream(self) -> None:
         from negt2i.client import ClientError, _record_of
-        from negt2i.results import write_line
 
         assert self._client is not None and self.outcome is not None and self._config is not None
         summary = self.outcome.summary
@@ -111,11 +117,12 @@ class Scorer:
             for resp in self._client.stream(self._requests()):
                 with self._lock:
                     job = self._pending.pop(resp.request_id)
-                record = _record_of(resp, job, config=self._config, models=self._models,
-                                    services=self._services, outcome=self.outcome)  # fmt: skip
+                record = _record_of(resp, job, config=self._config, models=self._models, services=self._services,
+                                    outcome=self.outcome, sha256=self._hashes.get(job.filename))  # fmt: skip
                 if record is not None:
-                    assert self._fh is not None
-                    write_line(self._fh, record)
+                    assert self._writer is not None
+                    with self._file_lock:
+                        self._writer.write(record)
                     summary.evaluated += 1
                     if record["status"] == "error":
                         summary.errors[str(record["error"]).split(":", 1)[0]] += 1
@@ -135,10 +142,18 @@ class Scorer:
     def submit(self, job: Job, data: bytes) -> None:
         """Send ``job``'s image; waits only while ``in_flight`` images are unanswered."""
         from negt2i.client import make_request
+        from negt2i.results import ResumeKey, prompt_metadata
 
-        if job.filename in self.done:
+        assert self.outcome is not None and self._writer is not None
+        sha256 = hashlib.sha256(data).hexdigest()
+        key = ResumeKey(job.filename, sha256, prompt_metadata(job.prompt, job.prompt_id))
+        with self._file_lock:  # same image and prompt already judged: skip; changed: its line is replaced
+            plan = self._writer.plan([key], replace_changed=True)
+        if not plan.todo:
+            self.outcome.summary.total += 1
+            self.outcome.summary.skipped += 1
             return
-        assert self.outcome is not None
+        self._hashes[job.filename] = sha256
         while not self._slots.acquire(timeout=0.2):
             if self._broken.is_set():
                 break
@@ -164,9 +179,13 @@ class Scorer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            if self.outcome is not None:
+                from negt2i.evaluate import finish_summary
+
+                finish_summary(self.outcome.summary, self.results)
         if self._client is not None:
             self._client.close()
             self._client = None

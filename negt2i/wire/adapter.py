@@ -25,7 +25,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
-from negt2i import rle
+from negt2i import images, rle
 from negt2i.perception import AttributeScores, BoolMask, Detections, ImagePerception, RefinedMasks
 from negt2i.spec import (
     MAX_EXTRA_BYTES,
@@ -46,8 +46,8 @@ from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
 CONTRACT: Final = "negt2i.v1"
 """Version of the public API and of the stage contract."""
 
-DEFAULT_MAX_PIXELS: Final = 4096 * 4096
-"""Largest image (H x W) accepted by default (larger files are refused before decoding)."""
+DEFAULT_MAX_PIXELS: Final = images.DEFAULT_MAX_PIXELS
+"""Largest image (H x W) accepted by default (larger files are refused from their header, before decoding)."""
 
 M = TypeVar("M", bound=Message)
 
@@ -107,34 +107,13 @@ def item_failure(exc: BaseException) -> stages_pb2.ItemFailure:
 
 
 def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, field: str = "image") -> Image:
-    """Decode encoded image bytes to RGB ``uint8`` (H, W, 3), exactly as files are read from disk.
-
-    Raises ``WireError`` for empty, truncated, non-image or oversized inputs.
-    """
-    from PIL import Image as PILImage
-    from PIL import UnidentifiedImageError
-
-    if not data:
-        raise WireError("empty image", field=field)
+    """``negt2i.images.decode_image`` (the one decoder: PNG/JPEG/WebP, pixel limit from the header, EXIF
+    orientation applied), its ``ImageError`` raised as ``WireError`` naming ``field`` (gRPC
+    ``INVALID_ARGUMENT``, stage item status 400)."""
     try:
-        with PILImage.open(io.BytesIO(data)) as img:
-            w, h = img.size
-            if w * h > max_pixels:
-                raise WireError(f"image is {w} x {h} = {w * h} pixels, above the limit of {max_pixels}", field=field)
-            img.load()
-            rgb = img.convert("RGB")
-    except WireError:
-        raise
-    except PILImage.DecompressionBombError:
-        raise WireError(f"image header declares more than {max_pixels} pixels", field=field) from None
-    except UnidentifiedImageError:
-        raise WireError("not a decodable image (unknown format; accepted: PNG, JPEG, WebP)", field=field) from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise WireError(f"not a decodable image ({str(exc)[:200]})", field=field) from None
-    array = np.asarray(rgb, dtype=np.uint8)
-    if array.ndim != 3 or array.shape[0] == 0 or array.shape[1] == 0:
-        raise WireError(f"image decodes to shape {array.shape}", field=field)
-    return array
+        return images.decode_image(data, max_pixels=max_pixels)
+    except images.ImageError as exc:
+        raise WireError(str(exc), field=field) from None
 
 
 def encode_png(image: Image) -> bytes:

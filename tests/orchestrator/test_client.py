@@ -9,10 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from negt2i.cli.submit_cmd import _shard
-from negt2i.client import ClientError, SubmitOutcome, _record_of, _rules_from_info, make_request, select_shard
+from negt2i.cli.common import parse_shard as _shard
+from negt2i.client import ClientError, SubmitOutcome, _record_of, _rules_from_info, make_request
 from negt2i.config import CURRENT, PREVIOUS
-from negt2i.evaluate import Job, Summary
+from negt2i.evaluate import Job, Summary, select_shard
 from negt2i.spec import parse_prompt
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2

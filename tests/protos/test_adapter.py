@@ -137,9 +137,9 @@ def test_model_info_and_json_transport():
 @pytest.mark.parametrize(
     ("data", "needle"),
     [
-        (b"", "empty image"),
-        (b"GIF89a....", "not a decodable image"),
-        (b"\x89PNG\r\n\x1a\n\0\0", "not a decodable image"),
+        (b"", "empty file"),
+        (b"GIF89a....", r"not a PNG, JPEG or WebP image \(the file is GIF\)"),
+        (b"\x89PNG\r\n\x1a\n\0\0", "not a PNG, JPEG or WebP image"),
     ],
 )
 def test_decode_image_rejects_bad_bytes(data, needle):

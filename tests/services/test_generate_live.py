@@ -4,6 +4,9 @@ process (synthetic stages) scores while it generates; negt2i evaluate on the fol
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +15,7 @@ import pytest
 from negt2i.cli import main
 from negt2i.spec import dumps_prompt, read_prompts
 from tests.generate.tiny import build_pipeline
-from tests.services.live import REPO, Proc
+from tests.services.live import REPO, Proc, free_port, start_orchestrator, wait_health
 
 pytestmark = pytest.mark.xdist_group("services")
 
@@ -98,3 +101,41 @@ def test_at_most_in_flight_images_are_unanswered(orchestrator: Proc, tiny: Path,
         assert scorer.status() == "scored 6, in flight 0"
     # The bound was the limit, not the pace: with room for 3, more than one was in flight at once.
     assert scorer.max_in_flight > 1
+
+
+def test_generation_waits_for_scoring_only_at_the_bound(stage_urls: dict[str, str], tiny: Path, tmp_path: Path,
+                                                        live_tmp: Path):  # fmt: skip
+    # A detector that answers after 2 s: with room for 3 in flight, three images are handed over at once
+    # (the generator never waits), the fourth waits until an answer frees a slot.
+    from negt2i.evaluate import discover
+    from negt2i.generate import ModelSpec, generate
+    from negt2i.generate.scoring import Scorer
+
+    delay = 2.0
+    port = free_port()
+    slow = subprocess.Popen([sys.executable, "-m", "tests.services.fake_stage", "slow", str(port), "--delay",
+                             str(delay)], cwd=REPO, start_new_session=True)  # fmt: skip
+    orch = start_orchestrator({**stage_urls, "detector": f"http://127.0.0.1:{port}"}, live_tmp)
+    try:
+        assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
+        prompts = read_prompts(REPO / "data" / "negt2ibench.jsonl")[:2]
+        spec = ModelSpec("custom", "tiny", str(tiny), steps=1, width=32, height=32, dtype="float32")
+        out = tmp_path / "gen"
+        generate(spec, prompts, out, seeds=(42, 43), batch_size=4, device="cpu", progress=False)
+        jobs = discover(out)
+        scorer = Scorer(orch.target, tmp_path / "results.jsonl", in_flight=3)
+        scorer.start()
+        start = time.monotonic()
+        for job in jobs[:3]:
+            scorer.submit(job, job.path.read_bytes())
+        handed_over = time.monotonic() - start
+        scorer.submit(jobs[3], jobs[3].path.read_bytes())
+        waited = time.monotonic() - start - handed_over
+        outcome = scorer.close()
+        assert handed_over < delay / 2 < waited, (handed_over, waited)
+        assert outcome.summary.evaluated == 4 and not outcome.retry
+        assert scorer.max_in_flight == 3
+    finally:
+        orch.kill()
+        slow.kill()
+        slow.wait(timeout=10)

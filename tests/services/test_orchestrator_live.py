@@ -5,22 +5,25 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 from negt2i.cli import main
 from negt2i.client import AsyncEvaluatorClient, ClientError, EvaluatorClient, make_request
-from negt2i.evaluate import load_image
+from negt2i.images import ImageError, load_image
 from negt2i.spec import parse_prompt
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
 from orchestrator.demo_data import prompt_records, write_demo
+from tests.imagefiles import bomb_png, encoded, exif_rotated_jpeg
 from tests.services.live import REPO, Proc, free_port, start_orchestrator, start_stage, wait_health, wait_ready
 
 pytestmark = pytest.mark.xdist_group("services")
@@ -52,11 +55,13 @@ def _rows(path: Path) -> dict[str, dict]:
 
 @pytest.fixture(scope="session")
 def demo(live_tmp: Path) -> Path:
-    """24 prompts x 2 images over all categories, plus unreadable files and bad metadata."""
+    """24 prompts x 2 images over all categories, plus unreadable files (one a decompression bomb) and bad
+    metadata."""
     root = live_tmp / "demo"
     write_demo(root, prompts=24, samples=2, seed=7)
     (root / "00000" / "samples" / "0002.png").write_bytes(b"")  # empty
     (root / "00001" / "samples" / "0002.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")  # corrupt
+    (root / "00002" / "samples" / "0002.png").write_bytes(bomb_png())  # declares 40000 x 40000 pixels
     bad = root / "00099" / "samples"
     bad.mkdir(parents=True)
     (bad / "0000.png").write_bytes(DOG_HORSE)  # no metadata.jsonl
@@ -78,7 +83,7 @@ def test_parity_with_negt2i_evaluate(orchestrator: Proc, demo: Path, embedded: P
     out = tmp_path / "submitted.jsonl"
     assert main(["submit", str(demo), "--orchestrator", orchestrator.target, "--out", str(out), "--no-progress"]) == 0
     got, want = out.read_text().splitlines(), embedded.read_text().splitlines()
-    assert len(got) == len(want) == 52
+    assert len(got) == len(want) == 53
     for g, w in zip(got, want, strict=True):  # same lines, same order; submit adds only "services"
         g_rec = json.loads(g)
         services = g_rec.pop("services", None)
@@ -87,15 +92,16 @@ def test_parity_with_negt2i_evaluate(orchestrator: Proc, demo: Path, embedded: P
             assert set(services) >= {"detector"} and all(u.startswith("http://127.0.0.1:") for u in services.values())
     rows = _rows(out)
     kinds = sorted(r["error"].split(":")[0] for r in rows.values() if r["status"] == "error")
-    assert kinds == ["invalid_metadata", "missing_metadata", "unreadable_image", "unreadable_image"]
+    assert kinds == ["invalid_metadata", "missing_metadata", "unreadable_image", "unreadable_image", "unreadable_image"]
+    assert "above the limit of 16777216" in rows["00002/samples/0002.png"]["error"]
     assert {r["category"] for r in rows.values() if r["status"] == "ok"} == {
         "color", "material", "directional", "proximity", "comparative", "depth"
     }  # fmt: skip
     assert 0 < sum(r["correct"] for r in rows.values()) < 48
     # a rerun resumes: nothing left to do
     assert main(["submit", str(demo), "--orchestrator", orchestrator.target, "--out", str(out), "--no-progress"]) == 0
-    assert "0 images evaluated (52 already done" in capsys.readouterr().out
-    assert len(out.read_text().splitlines()) == 52
+    assert "0 images evaluated (53 already done" in capsys.readouterr().out
+    assert len(out.read_text().splitlines()) == 53
 
 
 def test_service_info_names_every_stage_model(orchestrator: Proc, stage_procs: dict[str, Proc]):
@@ -161,8 +167,10 @@ def _bad_index(req: evaluator_pb2.EvaluateRequest) -> None:
 @pytest.mark.parametrize(
     ("image", "mutate", "needle"),
     [
-        (b"not a png", None, "image.data: not a decodable image"),
+        (b"not a png", None, "image.data: not a PNG, JPEG or WebP image"),
         (b"", None, "image.data: empty image"),
+        (bomb_png(), None, "image.data: image is 40000 x 40000 = 1600000000 pixels, above the limit"),
+        (encoded(np.zeros((8, 8, 3), np.uint8), "TIFF"), None, "not a PNG, JPEG or WebP image (the file is TIFF)"),
         (DOG_HORSE, _unknown_class, "prompt.objects[0].class: unknown class 'unicorn'"),
         (DOG_HORSE, _unknown_predicate, "unknown predicate 'beside'"),
         (DOG_HORSE, _bad_index, "points at object 7"),
@@ -338,4 +346,71 @@ def test_generation_loop_example(orchestrator: Proc):
 
 def test_load_image_and_decode_image_agree(demo: Path):
     for path in sorted(demo.glob("0000[2-5]/samples/*.png")):
-        assert (load_image(path) == adapter.decode_image(path.read_bytes())).all()
+        try:
+            pixels = load_image(path)
+        except ImageError as exc:  # the bomb: the same reason either way
+            with pytest.raises(adapter.WireError, match=re.escape(str(exc))):
+                adapter.decode_image(path.read_bytes())
+            continue
+        assert (pixels == adapter.decode_image(path.read_bytes())).all()
+
+
+DOG_LEFT_OF_COW = {
+    "id": "directional-exif",
+    "category": "directional",
+    "prompt": "a photo of a dog left of a cow",
+    "include": [{"class": "dog"}, {"class": "cow"}],
+    "statements": [{"kind": "relation", "subject": 0, "target": 1, "predicate": "left of", "polarity": "positive"}],
+}
+
+
+def test_a_jpeg_rotated_by_exif_is_judged_upright_by_the_orchestrator_and_stages(orchestrator: Proc):
+    """The orchestrator and the stage services decode the same bytes with the one decoder: boxes and masks
+    are in the upright image's coordinates, so the verdict is the upright one."""
+    upright = render_scene([SceneObject("dog", (4, 20, 24, 44)), SceneObject("cow", (40, 20, 60, 44))], (64, 96))
+    with EvaluatorClient(orchestrator.target) as client:
+        result = client.evaluate(exif_rotated_jpeg(upright), prompt=parse_prompt(DOG_LEFT_OF_COW))
+    assert result.verdict.correct, result.verdict.reason
+
+
+def test_submit_uses_the_one_results_writer(orchestrator: Proc, demo: Path, tmp_path: Path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes((REPO / "data" / "negt2ibench.jsonl").read_bytes())
+    before = corpus.read_bytes()
+    args = ["submit", str(demo), "--orchestrator", orchestrator.target, "--no-progress", "--limit", "4"]
+    assert main([*args, "--out", str(corpus)]) == 2
+    assert "is not a negt2i results file" in capsys.readouterr().err
+    assert corpus.read_bytes() == before
+    out = tmp_path / "r.jsonl"
+    hold = (
+        "import sys\nfrom negt2i.results import ResultsWriter\nw = ResultsWriter(sys.argv[1])\n"
+        "print('locked', flush=True)\nsys.stdin.read()"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], cwd=REPO, text=True, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE)  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert main([*args, "--out", str(out)]) == 2
+        assert "is being written by another negt2i run" in capsys.readouterr().err
+        assert out.read_bytes() == b""
+    finally:
+        holder.communicate("", timeout=30)
+    assert main([*args, "--out", str(out)]) == 0
+    assert "results file: 4 images: 3 judged, 1 errors (unreadable_image 1)" in capsys.readouterr().out
+
+
+def test_submit_save_perception_matches_evaluate(orchestrator: Proc, demo: Path, tmp_path: Path):
+    """``--save-perception`` through the orchestrator stores exactly what the embedded run stores."""
+    local = tmp_path / "embedded.jsonl"
+    argv = [str(demo), "--out", str(local), "--backend", "synthetic", "--no-progress", "--save-perception"]
+    assert main(["evaluate", *argv]) == 0
+    out = tmp_path / "submitted.jsonl"
+    side = tmp_path / "side.jsonl"
+    target = orchestrator.target
+    argv = [str(demo), "--orchestrator", target, "--out", str(out), "--no-progress", "--save-perception", str(side)]
+    assert main(["submit", *argv]) == 0
+    got = [json.loads(line) for line in side.read_text().splitlines()]
+    want = [json.loads(line) for line in (tmp_path / "embedded.perception.jsonl").read_text().splitlines()]
+    assert len(got) == len(want) == 48  # one per judged image; error lines have none
+    assert got == want
+    assert any(r["refined"] for r in got) and any(r["attributes"] for r in got)

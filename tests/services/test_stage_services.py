@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from negt2i.cli import main
 from negt2i.conformance import run_checks
+from tests.imagefiles import bomb_png, encoded
 from tests.services.live import REPO, Proc, free_port
 
 pytestmark = pytest.mark.xdist_group("services")
@@ -51,6 +54,25 @@ def test_request_limits_and_errors(stage_procs: dict[str, Proc]):
         httpx.post(url, json={"items": [{"image": {"data": 5}}]}, trust_env=False).json()[0]["error"]["status"] == 400
     )
     assert httpx.post(url, json={"wrong": []}, trust_env=False).status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (bomb_png(), "image is 40000 x 40000 = 1600000000 pixels, above the limit of 16777216"),
+        (encoded(np.zeros((8, 8, 3), np.uint8), "TIFF"), "not a PNG, JPEG or WebP image (the file is TIFF)"),
+    ],
+)
+def test_bad_images_are_item_errors_400(stage_procs: dict[str, Proc], data: bytes, needle: str):
+    """The stage services decode with the one decoder: a bomb or another format fails its item (400) only."""
+    good = {"image": {"data": base64.b64encode(encoded(np.full((16, 16, 3), 250, np.uint8), "PNG")).decode()}}
+    bad = {"image": {"data": base64.b64encode(data).decode()}}
+    results = httpx.post(
+        f"{stage_procs['detector'].url}/detect", json={"items": [good, bad]}, trust_env=False, timeout=30
+    ).json()
+    assert "error" not in results[0]
+    assert results[1]["error"]["status"] == 400 and needle in results[1]["error"]["message"]
+    assert results[1]["error"]["field"] == "image"
 
 
 @pytest.fixture

@@ -1,0 +1,176 @@
+"""The one image decoder: every path that turns encoded bytes into pixels goes through ``decode_image``.
+
+``negt2i evaluate`` (files on disk), ``negt2i submit`` (checks each file before
+sending it), the orchestrator (``EvaluateRequest.image``) and the four stage
+services (``Image.data`` of every item) all call it, so an image is judged the
+same way whichever path it takes. Rules, in order:
+
+1. **Formats**: PNG, JPEG and WebP only (``ACCEPTED_FORMATS``; a JPEG with an MPO
+   extension is a JPEG). Pillow is asked to try only these formats, so TIFF,
+   BMP, GIF, EPS (which would reach Ghostscript) and the rest never reach a
+   decoder; they are refused with a message naming the accepted formats.
+2. **Pixel limit from the header**: width x height as declared in the file's
+   header (``header_size`` reads it without Pillow; Pillow's parsed header is
+   checked again) must be at most ``max_pixels`` (default ``DEFAULT_MAX_PIXELS`` =
+   4096 x 4096); the check happens before any pixel data is decoded, so a
+   small file that declares 40000 x 40000 pixels (a decompression bomb) costs
+   a header read, whatever Pillow's global ``MAX_IMAGE_PIXELS`` (some model
+   libraries switch Pillow's own check off).
+3. **EXIF orientation** (tag 274) is applied, as GenEval does
+   (``ImageOps.exif_transpose``): a JPEG that a viewer shows upright is judged
+   upright. Boxes, masks and disparity maps are in the coordinates of the
+   oriented image (its height and width may be swapped relative to the header).
+4. **Colour**: the result is RGB ``uint8`` (H, W, 3); grayscale, palette and alpha
+   images are converted (alpha dropped, not composited).
+
+Every failure raises ``ImageError`` (a ``ValueError``) with a one-line reason; callers
+turn it into a per-image error: an ``unreadable_image`` results line, gRPC
+``INVALID_ARGUMENT``, a stage item with status 400. A run never stops on one image.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from negt2i.stages.base import Image
+
+ACCEPTED_FORMATS: Final[tuple[str, ...]] = ("PNG", "JPEG", "WEBP")
+"""Pillow format names that are decoded; everything else is refused."""
+
+DEFAULT_MAX_PIXELS: Final = 4096 * 4096
+"""Largest image (width x height, from the header) accepted by default."""
+
+_ACCEPTED_TEXT: Final = "PNG, JPEG or WebP"
+
+
+class ImageError(ValueError):
+    """An image cannot be decoded (empty, not PNG/JPEG/WebP, above the pixel limit, truncated or corrupt)."""
+
+
+def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
+    """RGB ``uint8`` (H, W, 3) pixels of encoded image bytes; see the module docstring for the rules.
+
+    Raises ``ImageError`` saying why the bytes cannot be used.
+    """
+    from PIL import Image as PILImage
+    from PIL import ImageOps, UnidentifiedImageError
+
+    if not data:
+        raise ImageError("empty file")
+    declared = header_size(data)
+    if declared is not None:
+        _check_pixels(*declared, max_pixels)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+            img = PILImage.open(io.BytesIO(data), formats=list(ACCEPTED_FORMATS))
+    except PILImage.DecompressionBombError as exc:
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        count = found.group(1) if found else "too many"
+        raise ImageError(f"image declares {count} pixels, above the limit of {max_pixels}") from None
+    except UnidentifiedImageError:
+        raise ImageError(f"not a {_ACCEPTED_TEXT} image{_sniff(data)}") from None
+    except (OSError, ValueError, SyntaxError) as exc:
+        raise ImageError(f"corrupt image header ({exc})") from None
+    with img:
+        width, height = img.size
+        if width <= 0 or height <= 0:
+            raise ImageError(f"image declares {width} x {height} pixels")
+        if width * height > max_pixels:
+            raise ImageError(f"image is {width} x {height} = {width * height} pixels, above the limit of {max_pixels}")
+        try:
+            img.load()
+            oriented = ImageOps.exif_transpose(img)
+            rgb = oriented.convert("RGB")
+        except (OSError, ValueError, SyntaxError, EOFError) as exc:  # truncated or corrupt pixel data
+            raise ImageError(f"corrupt or truncated {img.format} data ({exc or type(exc).__name__})") from None
+    array = np.asarray(rgb, dtype=np.uint8)
+    if array.ndim != 3 or array.shape[0] == 0 or array.shape[1] == 0:
+        raise ImageError(f"image decodes to shape {array.shape}")
+    return np.ascontiguousarray(array)
+
+
+def _check_pixels(width: int, height: int, max_pixels: int) -> None:
+    if width <= 0 or height <= 0:
+        raise ImageError(f"image declares {width} x {height} pixels")
+    if width * height > max_pixels:
+        raise ImageError(f"image is {width} x {height} = {width * height} pixels, above the limit of {max_pixels}")
+
+
+def header_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) as declared by a PNG, JPEG or WebP header, read without Pillow (so the limit holds
+    whatever Pillow's global ``MAX_IMAGE_PIXELS`` is); ``None`` when the header cannot be read this way.
+
+    PNG: the IHDR chunk (bytes 16-23). WebP: the VP8X canvas, or the VP8L / VP8 frame header. JPEG: the
+    first start-of-frame marker (SOF0-SOF15 except DHT C4, JPG C8, DAC CC), found by walking the marker
+    segments.
+    """
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP" and len(data) >= 30:
+        kind = data[12:16]
+        if kind == b"VP8X":
+            return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
+        if kind == b"VP8L" and data[20:21] == b"\x2f":
+            bits = int.from_bytes(data[21:25], "little")
+            return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+        if kind == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+            return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
+        return None
+    if data[:2] == b"\xff\xd8":
+        i = 2
+        while i + 4 <= len(data):
+            if data[i] != 0xFF:
+                return None
+            marker = data[i + 1]
+            if marker == 0xFF:  # fill byte
+                i += 1
+                continue
+            if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+                i += 2
+                continue
+            length = int.from_bytes(data[i + 2 : i + 4], "big")
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                if i + 9 > len(data):
+                    return None
+                return int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big")
+            i += 2 + length
+    return None
+
+
+def load_image(path: str | Path, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
+    """``decode_image`` of a file's bytes; an unreadable file raises ``ImageError`` too."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ImageError(f"cannot read the file ({exc.strerror or exc})") from None
+    return decode_image(data, max_pixels=max_pixels)
+
+
+_SIGNATURES: Final[tuple[tuple[bytes, str], ...]] = (
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+    (b"BM", "BMP"),
+    (b"GIF8", "GIF"),
+    (b"%!PS", "EPS"),
+    (b"\xc5\xd0\xd3\xc6", "EPS"),
+    (b"%PDF", "PDF"),
+    (b"\x00\x00\x00\x0cjP", "JPEG 2000"),
+    (b"\x00\x00\x01\x00", "ICO"),
+)
+
+
+def _sniff(data: bytes) -> str:
+    """`` (the file is TIFF)`` when the leading bytes name a known other format, else ``""``."""
+    for magic, name in _SIGNATURES:
+        if data.startswith(magic):
+            return f" (the file is {name})"
+    if data[4:12] in (b"ftypavif", b"ftypheic", b"ftypmif1"):
+        return " (the file is AVIF/HEIF)"
+    return ""

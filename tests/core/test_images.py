@@ -1,0 +1,112 @@
+"""The one image decoder (negt2i.images): formats, the pixel limit from the header, EXIF orientation."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from PIL import Image as PILImage
+
+from negt2i.images import DEFAULT_MAX_PIXELS, ImageError, decode_image, header_size, load_image
+from negt2i.wire import adapter
+from tests.imagefiles import bomb_png, encoded, exif_rotated_jpeg
+
+PIXELS = np.arange(12 * 20 * 3, dtype=np.uint8).reshape(12, 20, 3)
+
+
+@pytest.mark.parametrize(("fmt", "options"), [("PNG", {}), ("WEBP", {"lossless": True}), ("JPEG", {"quality": 95})])
+def test_png_jpeg_webp_are_decoded_to_rgb(fmt: str, options: dict):
+    img = decode_image(encoded(PIXELS, fmt, **options))
+    assert img.shape == (12, 20, 3) and img.dtype == np.uint8 and img.flags.c_contiguous
+    if fmt != "JPEG":
+        assert (img == PIXELS).all()
+
+
+@pytest.mark.parametrize("fmt", ["TIFF", "BMP", "GIF", "EPS", "ICO", "PPM"])
+def test_other_formats_are_refused_naming_the_accepted_ones(fmt: str):
+    data = encoded(np.zeros((16, 16, 3), np.uint8), fmt)
+    assert PILImage.open(__import__("io").BytesIO(data)).format  # Pillow itself would open it
+    with pytest.raises(ImageError, match="not a PNG, JPEG or WebP image"):
+        decode_image(data)
+
+
+def test_a_decompression_bomb_is_refused_from_its_header_at_once():
+    data = bomb_png(40000, 40000)
+    assert len(data) < 100_000
+    start = time.perf_counter()
+    with pytest.raises(ImageError, match=r"is 40000 x 40000 = 1600000000 pixels, above the limit of 16777216"):
+        decode_image(data)
+    assert time.perf_counter() - start < 1.0  # a header read, not 4.8 GB of pixels
+
+
+def test_the_limit_holds_whatever_pillows_own_bomb_limit_is(monkeypatch):
+    # some model libraries switch Pillow's check off globally (Image.MAX_IMAGE_PIXELS = None)
+    monkeypatch.setattr(PILImage, "MAX_IMAGE_PIXELS", None)
+    with pytest.raises(ImageError, match=r"40000 x 40000 = 1600000000 pixels, above the limit"):
+        decode_image(bomb_png(40000, 40000))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "options"),
+    [
+        ("PNG", {}),
+        ("JPEG", {}),
+        ("JPEG", {"progressive": True}),
+        ("WEBP", {"lossless": True}),
+        ("WEBP", {"quality": 80}),
+        ("WEBP", {"exif": PILImage.Exif().tobytes()}),
+    ],
+)
+@pytest.mark.parametrize("wh", [(1, 1), (37, 19), (1000, 3), (3, 1000)])
+def test_header_size_matches_pillow(fmt: str, options: dict, wh: tuple[int, int]):
+    data = encoded(np.zeros((wh[1], wh[0], 3), np.uint8), fmt, **options)
+    assert header_size(data) == wh == PILImage.open(__import__("io").BytesIO(data)).size
+
+
+def test_the_pixel_limit_is_checked_before_decoding():
+    # 5000 x 5000 is below Pillow's own bomb limit: our header check refuses it, with only 10 rows present
+    # (decoding would fail differently, as truncated data)
+    with pytest.raises(ImageError, match=r"5000 x 5000 = 25000000 pixels, above the limit of 16777216"):
+        decode_image(bomb_png(5000, 5000, rows=10))
+    assert decode_image(encoded(PIXELS, "PNG"), max_pixels=240).shape == (12, 20, 3)
+    with pytest.raises(ImageError, match="above the limit of 239"):
+        decode_image(encoded(PIXELS, "PNG"), max_pixels=239)
+    assert DEFAULT_MAX_PIXELS == 4096 * 4096
+
+
+def test_exif_orientation_is_applied():
+    upright = np.zeros((20, 40, 3), np.uint8)
+    upright[:, :10] = (255, 0, 0)  # red band on the left
+    data = exif_rotated_jpeg(upright)
+    with PILImage.open(__import__("io").BytesIO(data)) as raw:
+        assert raw.size == (20, 40)  # stored sideways (W x H)
+    img = decode_image(data)
+    assert img.shape == (20, 40, 3)
+    assert img[:, :10, 0].min() > 240 and img[:, 10:, 0].max() < 15
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        (b"", "empty file"),
+        (b"\x89PNG\r\n\x1a\n" + b"garbage" * 20, "corrupt"),
+        (encoded(PIXELS, "PNG")[:60], "truncated"),
+        (b"hello", "not a PNG, JPEG or WebP image"),
+    ],
+)
+def test_corrupt_data_is_an_image_error(data: bytes, needle: str):
+    with pytest.raises(ImageError, match=needle):
+        decode_image(data)
+
+
+def test_the_wire_adapter_and_files_use_the_same_decoder(tmp_path):
+    path = tmp_path / "a.tif"
+    path.write_bytes(encoded(PIXELS, "TIFF"))
+    with pytest.raises(ImageError, match="the file is TIFF"):
+        load_image(path)
+    with pytest.raises(adapter.WireError, match=r"^image\.data: not a PNG, JPEG or WebP image") as err:
+        adapter.decode_image(path.read_bytes(), field="image.data")
+    assert err.value.field == "image.data"
+    with pytest.raises(ImageError, match="cannot read the file"):
+        load_image(tmp_path / "absent.png")
