@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test lint typecheck unit bench bench-pipeline evaluate weights clean
+.PHONY: setup test lint typecheck unit report-sample bench bench-pipeline evaluate weights clean
 
 setup:
 	@scripts/setup.sh
@@ -19,6 +19,10 @@ unit: setup
 
 # The README's test command: lint, strict types on negt2i/, and the whole test suite.
 test: lint typecheck unit
+
+# Regenerate the committed sample report (docs/report-sample/); tests/metrics/test_report_sample.py checks it.
+report-sample: setup
+	$(BIN)/python -m negt2i.metrics.sample docs/report-sample
 
 bench: setup
 	$(BIN)/python benchmarks/bench_judge.py

@@ -21,6 +21,7 @@ grpc is imported lazily (``negt2i`` itself never imports it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import uuid
@@ -349,6 +350,7 @@ def _record_of(
     models: dict[str, Any],
     services: dict[str, str],
     outcome: SubmitOutcome,
+    perceptions: dict[str, tuple[Verdict, ImagePerception, bool]] | None = None,
     sha256: str | None = None,
 ) -> dict[str, Any] | None:
     """The results line of one stream response (None: transient failure, no line)."""
@@ -359,6 +361,9 @@ def _record_of(
         verdict = adapter.verdict_from_proto(resp.result.verdict)
         served = adapter.models_record(list(resp.result.stages))  # the models that actually served this item
         record = verdict_line(job, verdict, {**models, **served}, sha256)
+        if perceptions is not None and resp.result.HasField("perception"):
+            seen = resp.result.perception
+            perceptions[job.filename] = (verdict, adapter.perception_from_proto(seen), seen.used_depth)
         record["services"] = adapter.services_record(list(resp.result.stages)) or services
         return record
     err = resp.error
@@ -487,11 +492,13 @@ def submit(
     attempts: int = DEFAULT_ATTEMPTS,
     progress: bool = True,
     client: EvaluatorClient | None = None,
+    save_perception: str | Path | None = None,
     retry_errors: bool = False,
     replace_changed: bool = False,
 ) -> SubmitOutcome:
     """Stream ``jobs`` (the first ``limit``) to the orchestrator at ``target`` and write ``out`` like
-    ``negt2i evaluate`` (see the module docstring).
+    ``negt2i evaluate`` (see the module docstring). ``save_perception`` as for ``negt2i evaluate`` (the
+    orchestrator is asked for the perception with ``include_perception``).
 
     Flow control and retries: at most ``ServiceInfo.limits.max_in_flight_per_stream`` items are unanswered
     at once; an item answered RESOURCE_EXHAUSTED / UNAVAILABLE is sent again after a jittered exponential
@@ -512,6 +519,7 @@ def submit(
     from tqdm import tqdm
 
     from negt2i.evaluate import Loaded, error_line, finish_summary, plan_run, read_job
+    from negt2i.perception_file import PerceptionWriter
     from negt2i.results import ResultsWriter
     from negt2i.wire import adapter
 
@@ -557,11 +565,15 @@ def submit(
                 return None
             sends[i] = sends.get(i, 0) + 1
             first_sent.setdefault(i, time.monotonic())
-            return make_request(loaded.data, prompt=job.prompt, request_id=str(i))
+            return make_request(
+                loaded.data, prompt=job.prompt, request_id=str(i), include_perception=save_perception is not None
+            )
 
         bar = tqdm(total=len(todo), unit="img", disable=not progress, dynamic_ncols=True, desc="submit")
         next_index = 0
-        with writer:
+        side = None if save_perception is None else PerceptionWriter(save_perception)
+        perceptions: dict[str, tuple[Verdict, ImagePerception, bool]] = {}
+        with writer, side if side is not None else contextlib.nullcontext():
 
             def flush() -> None:
                 nonlocal next_index
@@ -575,6 +587,9 @@ def submit(
                     else:
                         return
                     if record is not None:
+                        seen = perceptions.pop(record["filename"], None)
+                        if side is not None and seen is not None:  # written in job order, before its line
+                            side.write(record["filename"], record["sample"], *seen[:2], used_depth=seen[2])
                         if record["status"] == "error":
                             summary.errors[str(record["error_kind"])] += 1
                         else:
@@ -607,6 +622,7 @@ def submit(
                 feeder.answered(i)
                 pending[i] = _record_of(
                     resp, todo[i], config=config, models=models, services=services, outcome=outcome,
+                    perceptions=perceptions if side is not None else None,
                     sha256=hashes.get(i),
                 )  # fmt: skip
                 flush()

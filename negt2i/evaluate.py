@@ -31,6 +31,7 @@ image) and whose ``error`` is ``"<kind>: <details>"``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -404,8 +405,13 @@ def evaluate(
     progress: bool = True,
     retry_errors: bool = False,
     replace_changed: bool = False,
+    save_perception: str | Path | None = None,
 ) -> Summary:
-    """Judge ``jobs`` (the first ``limit``) into ``out``, resuming by content; returns the run's summary."""
+    """Judge ``jobs`` (the first ``limit``) into ``out``, resuming by content; returns the run's summary.
+
+    ``save_perception``: also append each judged image's detections and refined masks to this
+    side file (``negt2i.perception_file``), written before the image's results line.
+    """
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")
     selected = list(jobs[:limit] if limit is not None else jobs)
@@ -413,7 +419,13 @@ def evaluate(
     pipeline = Pipeline(stages, config)
     from tqdm import tqdm
 
-    with ResultsWriter(out) as writer, ThreadPoolExecutor(max_workers=1) as pool:
+    from negt2i.perception_file import PerceptionWriter
+
+    with (
+        ResultsWriter(out) as writer,
+        ThreadPoolExecutor(max_workers=1) as pool,
+        contextlib.nullcontext(None) if save_perception is None else PerceptionWriter(save_perception) as side,
+    ):
         todo, summary = plan_run(
             writer, selected, config, models, retry_errors=retry_errors, replace_changed=replace_changed
         )
@@ -437,6 +449,8 @@ def evaluate(
                     record = error_line(job, reason, config, models, item.sha256)
                 elif res.verdict is not None:
                     record = verdict_line(job, res.verdict, models, item.sha256)
+                    if side is not None and res.perception is not None:
+                        side.write(job.filename, job.sample, res.verdict, res.perception)
                     summary.correct += int(res.verdict.correct)
                 else:
                     assert res.failure is not None  # an ImageResult has a verdict or a failure

@@ -48,19 +48,25 @@ class Stages:
     depth: DepthEstimator | None = None
 
     @classmethod
-    def create(cls, backends: Mapping[str, str] | None = None, **options: Any) -> Stages:
+    def create(
+        cls,
+        backends: Mapping[str, str] | None = None,
+        stage_options: Mapping[str, Mapping[str, Any]] | None = None,
+        **options: Any,
+    ) -> Stages:
         """Build every stage from the registry: ``backends`` maps stage -> backend name (missing stages use
-        ``DEFAULT_BACKENDS``); ``options`` (``device``, ``weights_dir``, ``config``; nothing else) go to every
-        factory."""
+        ``DEFAULT_BACKENDS``); ``options`` (``device``, ``weights_dir``, ``config``) go to every factory,
+        ``stage_options`` (e.g. ``{"segmenter": {"dtype": "bf16"}}``) to one stage's."""
         names = {**DEFAULT_BACKENDS, **dict(backends or {})}
-        unknown = sorted(set(names) - set(STAGES))
+        unknown = sorted((set(names) | set(stage_options or {})) - set(STAGES))
         if unknown:
             raise ValueError(f"unknown stages {unknown}; stages: {', '.join(STAGES)}")
+        per_stage = dict(stage_options or {})
         return cls(
-            create("detector", names["detector"], **options),
-            create("segmenter", names["segmenter"], **options),
-            create("attributes", names["attributes"], **options),
-            create("depth", names["depth"], **options),
+            create("detector", names["detector"], **options, **per_stage.get("detector", {})),
+            create("segmenter", names["segmenter"], **options, **per_stage.get("segmenter", {})),
+            create("attributes", names["attributes"], **options, **per_stage.get("attributes", {})),
+            create("depth", names["depth"], **options, **per_stage.get("depth", {})),
         )
 
     def models(self) -> dict[str, dict[str, Any]]:

@@ -345,3 +345,42 @@ def test_two_runs_cannot_append_to_the_same_file(images: Path, tmp_path: Path):
         with pytest.raises(ResultsFileError, match="being written by another negt2i run"):
             evaluate(discover(images), out, Stages.create(SYNTH), progress=False)
     assert out.read_text() == ""
+
+
+def test_save_perception_keeps_what_each_verdict_used(tmp_path: Path) -> None:
+    """The side file holds, per judged image, the masks and scores the measurements came from."""
+    from negt2i.perception_file import decode, read_perception
+    from negt2i.rules import measure_comparative, measure_directional, measure_proximity
+    from orchestrator.demo_data import write_demo
+
+    root = tmp_path / "demo"
+    write_demo(root, prompts=12, samples=2, seed=3)
+    out = tmp_path / "r.jsonl"
+    argv = ["evaluate", str(root), "--out", str(out), "--backend", "synthetic", "--no-progress", "--save-perception"]
+    assert main(argv) == 0
+    side = tmp_path / "r.perception.jsonl"
+    saved = read_perception(side)
+    rows = list(read_results(out))
+    assert len(saved) == len(rows) == 24
+    measure = {"directional": measure_directional, "proximity": measure_proximity, "comparative": measure_comparative}
+    checked: set[str] = set()
+    for row in rows:
+        p = decode(saved[row["filename"]])
+        for o in row["objects"]:  # every kept detection is stored, with the verdict's indices and scores
+            for i, score in o["measurements"]["kept"]:
+                assert p.detections[i].class_name == o["class"] and p.detections[i].score == score
+        for s in row["statements"]:
+            m = s["measurements"]
+            if m["rule"] in measure:  # the relation rule recomputed from the stored refined masks alone
+                a, b = (p.refined[i] for i in m["detections"])
+                recorded = {k: v for k, v in m.items() if k not in ("detections", "mask")}
+                assert measure[m["rule"]](a, b).values == recorded
+                checked.add(m["rule"])
+            elif m["rule"] == "attribute":
+                assert p.attributes[m["detection"]] == m["scores"]
+                checked.add("attribute")
+    assert checked == {"attribute", *measure}
+    # a resumed run judges nothing new and appends nothing
+    size = side.stat().st_size
+    assert main(argv) == 0
+    assert side.stat().st_size == size

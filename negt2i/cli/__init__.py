@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "negt2i.cli.weights_cmd",
     "negt2i.cli.corpus_cmd",
     "negt2i.cli.report_cmd",
+    "negt2i.cli.audit_cmd",
     "negt2i.cli.agreement_cmd",
     "negt2i.cli.submit_cmd",
     "negt2i.cli.conformance_cmd",

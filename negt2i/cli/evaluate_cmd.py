@@ -40,6 +40,12 @@ def register(sub: Any) -> None:
         default=os.environ.get("NEGT2I_DEVICE", "auto"),
         help="auto, cpu, cuda or cuda:N [NEGT2I_DEVICE, default auto]",
     )
+    p.add_argument(
+        "--dtype",
+        default=os.environ.get("NEGT2I_DTYPE", "fp32"),
+        help="model precision: fp32, bf16 or fp16 for every stage, or per stage as detector=fp32,segmenter=bf16 "
+        "(others fp32); recorded in every results line's model info [NEGT2I_DTYPE, default fp32]",
+    )
     p.add_argument("--weights-dir", default=None, help="weights cache [NEGT2I_WEIGHTS_DIR, ~/.cache/negt2i/weights]")
     p.add_argument("--batch-size", type=int, default=8, help="images per detector / depth call (default 8)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N images (in job order)")
@@ -57,6 +63,15 @@ def register(sub: Any) -> None:
         action="store_true",
         help="first download the missing weights of the backends this run uses (`make evaluate` does)",
     )
+    p.add_argument(
+        "--save-perception",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
+        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
@@ -69,6 +84,15 @@ def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
+def perception_path(args: argparse.Namespace) -> str | None:
+    """``--save-perception [PATH]``: None when not asked for; the default path next to ``--out``."""
+    if args.save_perception is None:
+        return None
+    from negt2i.perception_file import default_path
+
+    return args.save_perception or str(default_path(args.out))
+
+
 def _run(args: argparse.Namespace) -> int:
     from negt2i import weights
     from negt2i.config import load_config
@@ -76,11 +100,13 @@ def _run(args: argparse.Namespace) -> int:
     from negt2i.pipeline import Stages
     from negt2i.results import ResultsFileError
     from negt2i.spec import SpecError
+    from negt2i.stages._torch import parse_dtypes
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 0):
         print("error: --batch-size must be >= 1 and --limit >= 0", file=sys.stderr)
         return 2
     try:
+        dtypes = parse_dtypes(args.dtype, STAGES)
         config = load_config(args.rules)
         jobs = select_shard(discover(args.images, args.prompts), args.shard)
         if not jobs:
@@ -93,7 +119,13 @@ def _run(args: argparse.Namespace) -> int:
             if todo:
                 weights.fetch(todo, root)
         weights.require(backends.values(), args.weights_dir)
-        stages = Stages.create(backends, device=args.device, weights_dir=args.weights_dir, config=config)
+        stages = Stages.create(
+            backends,
+            {stage: {"dtype": d} for stage, d in dtypes.items()},
+            device=args.device,
+            weights_dir=args.weights_dir,
+            config=config,
+        )
         summary = evaluate(
             jobs,
             args.out,
@@ -104,10 +136,13 @@ def _run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             retry_errors=args.retry_errors,
             replace_changed=args.replace_changed,
+            save_perception=perception_path(args),
         )
     except (EvaluateError, ResultsFileError, SpecError, weights.WeightsError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT
     print(summary.text())
     print(f"results: {args.out}")
+    if args.save_perception is not None:
+        print(f"perception: {perception_path(args)}")
     return 0

@@ -67,11 +67,21 @@ def register(sub: Any) -> None:
     p.add_argument("--token-file", default=os.environ.get("NEGT2I_TOKEN_FILE", ""),
                    help="file holding the bearer token [NEGT2I_TOKEN_FILE; or NEGT2I_TOKEN]")  # fmt: skip
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the orchestrator to be SERVING")
+    p.add_argument(
+        "--save-perception",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
+        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from negt2i.cli.evaluate_cmd import perception_path
     from negt2i.client import ClientError, EvaluatorClient, submit
     from negt2i.evaluate import EvaluateError, discover, select_shard
     from negt2i.results import ResultsFileError
@@ -108,6 +118,7 @@ def _run(args: argparse.Namespace) -> int:
                 jobs, args.out, args.orchestrator, limit=args.limit, timeout=args.timeout,
                 item_timeout=args.item_timeout, attempts=args.attempts, progress=not args.no_progress, client=client,
                 retry_errors=args.retry_errors, replace_changed=args.replace_changed,
+                save_perception=perception_path(args),
             )  # fmt: skip
         except ResultsFileError as exc:
             print(f"error: {exc}", file=sys.stderr)

@@ -17,7 +17,11 @@ from negt2i import __version__
 from negt2i.metrics.agreement import BLOCKS, OURS, analyze, build_study, read_judges, read_labels
 from negt2i.metrics.benchmark import Provenance
 from negt2i.metrics.records import iter_rows, setting_label
-from negt2i.metrics.report import Table, _sha256, _write_csv, category_label, markdown_table, pct, write_json
+from negt2i.metrics.report import sha256_file as _sha256
+from negt2i.metrics.report_csv import write_csv as _write_csv
+from negt2i.metrics.report_csv import write_json
+from negt2i.metrics.report_markdown import markdown_table
+from negt2i.metrics.report_tables import Table, category_label, pct
 
 
 def _ci(v: float, ci: Sequence[float] | None) -> str:

@@ -133,3 +133,64 @@ def paired_difference(
 def _acc(state: BenchmarkState, pids: list[str]) -> float:
     correct, images = state.counts(pids)
     return float(correct.sum() / images.sum())
+
+
+MATCHED_LOADS: tuple[tuple[str, str, str], ...] = (
+    ("load1", "pos1_neg0", "pos0_neg1"),
+    ("load2", "pos2_neg0", "pos0_neg2"),
+)
+"""(key, all-positive setting, all-negated setting) of the loads where polarity alone differs."""
+
+
+def matched_load(
+    state: BenchmarkState, *, n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95
+) -> dict[str, Any]:
+    """The paper's headline view: per category, image accuracy with one (two) positive statements vs
+    one (two) negated statements at the same load, and the gap ``positive - negated``.
+
+    Cells are resampled exactly as ``bootstrap_state`` does (same seed, same draws), so the positive and
+    negated intervals equal that cell's interval there; the gap's interval is the percentile interval of
+    the per-replicate differences (the two cells hold different prompts, resampled independently).
+    ``mean`` averages the categories that have both cells, per replicate. Keys of the result:
+    ``load1`` / ``load2`` -> {positive_setting, negated_setting, by_category: {c: row}, mean: row}, with
+    row = {positive, negated, gap, prompts_positive, prompts_negated, positive_ci, negated_ci, gap_ci}.
+    """
+    from negt2i.metrics.benchmark import category_order
+
+    _check(n_resamples)
+    cells = state.cells()
+    ((img, _),) = _replicates([state], cells, n_resamples, seed)
+    out: dict[str, Any] = {}
+
+    def row(pos: Any, neg: Any, pos_rep: Any, neg_rep: Any, *, n_pos: int, n_neg: int) -> dict[str, Any]:
+        return {
+            "positive": pos,
+            "negated": neg,
+            "gap": pos - neg,
+            "prompts_positive": n_pos,
+            "prompts_negated": n_neg,
+            "positive_ci": percentile_interval(pos_rep, confidence),
+            "negated_ci": percentile_interval(neg_rep, confidence),
+            "gap_ci": percentile_interval(pos_rep - neg_rep, confidence),
+        }
+
+    for key, pos_s, neg_s in MATCHED_LOADS:
+        cats = sorted({c for c, s in cells if s == pos_s and (c, neg_s) in cells}, key=category_order)
+        if not cats:
+            continue
+        rows: dict[str, Any] = {}
+        for c in cats:
+            p, n = cells[(c, pos_s)], cells[(c, neg_s)]
+            rows[c] = row(_acc(state, p), _acc(state, n), img[(c, pos_s)], img[(c, neg_s)], n_pos=len(p), n_neg=len(n))
+        pos_mean = float(np.mean([rows[c]["positive"] for c in cats]))
+        neg_mean = float(np.mean([rows[c]["negated"] for c in cats]))
+        mean = row(
+            pos_mean,
+            neg_mean,
+            np.mean([img[(c, pos_s)] for c in cats], axis=0),
+            np.mean([img[(c, neg_s)] for c in cats], axis=0),
+            n_pos=sum(rows[c]["prompts_positive"] for c in cats),
+            n_neg=sum(rows[c]["prompts_negated"] for c in cats),
+        )
+        out[key] = {"positive_setting": pos_s, "negated_setting": neg_s, "by_category": rows, "mean": mean}
+    return out

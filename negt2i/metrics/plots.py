@@ -1,4 +1,5 @@
-"""Report plots (matplotlib, Agg backend, no display): heatmap, polarity gap, failure causes, model comparison.
+"""Report plots (matplotlib, Agg backend, no display): model comparison, matched-load polarity comparison,
+accuracy per setting, one heatmap and one failure-cause plot per model.
 
 Each function takes the dict of ``negt2i.metrics.report.build_report`` and returns a
 ``matplotlib.figure.Figure``; ``report_figures`` renders them to PNG bytes (embedded
@@ -9,7 +10,6 @@ extra (matplotlib).
 from __future__ import annotations
 
 import io
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
@@ -20,6 +20,7 @@ import numpy as np
 
 from negt2i.metrics.probe_plots import probe_figures
 from negt2i.metrics.records import CATEGORY_LABELS, CATEGORY_ORDER, CAUSES, SETTING_ORDER, setting_label
+from negt2i.metrics.report_tables import model_slugs
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -106,23 +107,20 @@ def polarity_gap(report: dict[str, Any]) -> Figure:
     return fig
 
 
-def failure_bars(report: dict[str, Any]) -> Figure:
-    """Figure 3: failed statements by cause, pooled over models, per setting (left) and per category (right)."""
+def failure_bars(report: dict[str, Any], model: str) -> Figure:
+    """Figure 3 for one model: failed statements by cause, per setting (left) and per category (right)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), layout="constrained", width_ratios=[8, 6])
+    failures = report["models"][model]["failures"]
     for ax, group, keys, label in (
         (axes[0], "by_setting", list(SETTING_ORDER), setting_label),
         (axes[1], "by_category", [c.value for c in CATEGORY_ORDER], lambda k: CATEGORY_LABELS[k]),
     ):
-        pooled: dict[str, Counter[str]] = {k: Counter() for k in keys}
-        for m in report["models"].values():
-            for k, b in m["failures"][group].items():
-                if k in pooled:
-                    pooled[k].update(b["counts"])
-        present = [k for k in keys if sum(pooled[k].values())]
+        counts = {k: failures[group][k]["counts"] for k in keys if k in failures[group]}
+        present = [k for k in keys if k in counts and sum(counts[k].values())]
         bottom = np.zeros(len(present))
-        totals = np.array([sum(pooled[k].values()) for k in present], dtype=float)
+        totals = np.array([sum(counts[k].values()) for k in present], dtype=float)
         for cause in CAUSES:
-            share = np.array([pooled[k][cause] for k in present]) / np.where(totals > 0, totals, 1) * 100
+            share = np.array([counts[k][cause] for k in present]) / np.where(totals > 0, totals, 1) * 100
             ax.bar(range(len(present)), share, bottom=bottom, color=CAUSE_COLORS[cause], label=cause.replace("_", " "))
             bottom += share
         for i, t in enumerate(totals):
@@ -134,7 +132,50 @@ def failure_bars(report: dict[str, Any]) -> Figure:
     axes[1].set_title("(b) by category")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=len(CAUSES), fontsize=8, frameon=False)
-    fig.suptitle("Statement-level failure decomposition (numbers above bars: failed statements)")
+    fig.suptitle(f"{model}: failed statements by cause (numbers above bars: failed statements)")
+    return fig
+
+
+def matched_load_plot(report: dict[str, Any], key: str = "load1") -> Figure:
+    """Per category (one panel each, and the mean), per model: accuracy on the positive setting (blue) and on the
+    negated setting of the same load (red), with intervals, joined by a line (the gap)."""
+    names = [n for n in report["models"] if key in report["models"][n].get("matched_load", {})]
+    cats = [c.value for c in CATEGORY_ORDER]
+    panels = [*cats, "mean"]
+    fig, grid = plt.subplots(2, 4, figsize=(11, 2 * (0.32 * len(names) + 0.9) + 0.6), layout="constrained", sharey=True)
+    axes = list(grid.ravel())
+    pos_s = neg_s = ""
+    for ax, c in zip(axes, panels, strict=False):
+        for y, name in enumerate(names):
+            ml = report["models"][name]["matched_load"][key]
+            pos_s, neg_s = ml["positive_setting"], ml["negated_setting"]
+            r = ml["mean"] if c == "mean" else ml["by_category"].get(c)
+            if r is None:
+                continue
+            p, n = 100 * r["positive"], 100 * r["negated"]
+            ax.plot([n, p], [y + 0.15, y - 0.15], color="#bbb", lw=1.5, zorder=1)
+            for v, ci, color, dy in ((p, r["positive_ci"], "#4a90d9", -0.15), (n, r["negated_ci"], "#d9534f", 0.15)):
+                ax.errorbar(
+                    v, y + dy, xerr=[[v - 100 * ci[0]], [100 * ci[1] - v]], fmt="o", color=color, ms=4, capsize=2
+                )
+        ax.set_title(CATEGORY_LABELS.get(c, "Mean of categories"), fontsize=9)
+        ax.set_xlim(0, 100)
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(labelsize=7)
+    legend = axes[len(panels)]
+    legend.axis("off")
+    for ax in (axes[0], axes[4]):
+        ax.set_yticks(range(len(names)), names)
+    axes[0].set_ylim(len(names) - 0.5, -0.5)
+    p_lab, n_lab = setting_label(pos_s), setting_label(neg_s)
+    legend.errorbar([], [], xerr=[], fmt="o", color="#4a90d9", label=f"{p_lab} positive")
+    legend.errorbar([], [], xerr=[], fmt="o", color="#d9534f", label=f"{n_lab} negated")
+    legend.legend(loc="center", fontsize=8, frameon=False)
+    fig.suptitle(
+        f"Matched load: accuracy (%) on {p_lab} positive (blue) vs {n_lab} negated (red), 95% prompt-bootstrap "
+        "intervals",
+        fontsize=10,
+    )
     return fig
 
 
@@ -168,8 +209,9 @@ def to_png(fig: Figure, dpi: int = 110) -> bytes:
     return buf.getvalue()
 
 
-def report_figures(report: dict[str, Any], *, max_heatmaps: int = 12) -> list[tuple[str, str, bytes]]:
-    """(caption, file name, PNG bytes) for every plot of the report."""
+def report_figures(report: dict[str, Any], *, max_models: int = 12) -> list[tuple[str, str, bytes]]:
+    """(caption, file name, PNG bytes) for every plot of the report (per-model plots for the first
+    ``max_models`` models; file names use the model's slug, ``negt2i.metrics.report_tables.model_slugs``)."""
     out: list[tuple[str, str, bytes]] = []
 
     def add(caption: str, filename: str, fig: Figure) -> None:
@@ -178,9 +220,16 @@ def report_figures(report: dict[str, Any], *, max_heatmaps: int = 12) -> list[tu
     if len(report["models"]) > 1:
         add("Overall image accuracy per model", "comparison.png", comparison(report))
     add("Image accuracy per setting, grouped by statement load", "polarity-gap.png", polarity_gap(report))
-    for k, name in enumerate(list(report["models"])[:max_heatmaps]):
-        add(f"{name}: image accuracy by category x setting", f"heatmap-{k + 1}.png", heatmap(report, name))
-    add("Failed statements by cause (pooled over models)", "failures.png", failure_bars(report))
+    if any("load1" in m.get("matched_load", {}) for m in report["models"].values()):
+        add(
+            "Matched load: one positive (1:0) vs one negated (0:1) statement, per category and model",
+            "matched-load.png",
+            matched_load_plot(report),
+        )
+    slugs = model_slugs(list(report["models"]))
+    for name in list(report["models"])[:max_models]:
+        add(f"{name}: image accuracy by category x setting", f"heatmap-{slugs[name]}.png", heatmap(report, name))
+        add(f"{name}: failed statements by cause", f"failures-{slugs[name]}.png", failure_bars(report, name))
     for caption, filename, fig in probe_figures(report):  # control / paraphrase sections, if any
         add(caption, filename, fig)
     return out

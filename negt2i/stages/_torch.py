@@ -5,9 +5,11 @@ Imported only by the real backends' constructors, never by the registry.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from negt2i.stages.base import ModelInfo
 
@@ -17,6 +19,52 @@ if TYPE_CHECKING:
     from negt2i.weights import VerifiedWeights
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
+
+DTYPES: Final[dict[str, str]] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+"""Precision names accepted by ``--dtype`` / ``NEGT2I_DTYPE`` -> the torch dtype recorded in ``ModelInfo.dtype``."""
+
+
+def check_dtype(name: str) -> str:
+    """The ``--dtype`` name (``fp32``, ``bf16``, ``fp16``; torch spellings accepted) in short form."""
+    for short, long in DTYPES.items():
+        if name in (short, long):
+            return short
+    raise ValueError(f"unknown dtype {name!r}; use fp32, bf16 or fp16")
+
+
+def parse_dtypes(spec: str, stages: tuple[str, ...]) -> dict[str, str]:
+    """Stage -> dtype from ``--dtype`` / ``NEGT2I_DTYPE``: one name for every stage (``bf16``) or
+    ``stage=name`` pairs separated by commas (``detector=fp32,segmenter=bf16``; others ``fp32``)."""
+    spec = spec.strip()
+    if "=" not in spec:
+        return dict.fromkeys(stages, check_dtype(spec or "fp32"))
+    out = dict.fromkeys(stages, "fp32")
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        stage, _, name = part.partition("=")
+        stage = stage.strip()
+        if stage not in stages:
+            raise ValueError(f"--dtype: unknown stage {stage!r}; stages: {', '.join(stages)}")
+        out[stage] = check_dtype(name.strip())
+    return out
+
+
+@contextlib.contextmanager
+def precision(device: torch.device, dtype: str) -> Iterator[None]:
+    """Inference mode, plus ``torch.autocast`` to ``dtype`` unless it is ``fp32``.
+
+    Autocast (not a cast of the weights) so that every backend reduces precision the same way:
+    matrix products and convolutions run in bf16 / fp16, reductions and normalisations stay in
+    fp32, and every backend returns float32 outputs either way.
+    """
+    import torch
+
+    short = check_dtype(dtype)
+    with torch.inference_mode():
+        if short == "fp32":
+            yield
+        else:
+            with torch.autocast(device_type=device.type, dtype=getattr(torch, DTYPES[short])):
+                yield
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -49,6 +97,7 @@ def model_info(
     device: torch.device,
     weights: VerifiedWeights | None = None,
     revision: str = "",
+    dtype: str = "fp32",
 ) -> ModelInfo:
     """``ModelInfo`` for a torch backend; without ``weights`` the model has random (test) weights."""
     return ModelInfo(
@@ -59,5 +108,5 @@ def model_info(
         sha256=weights.sha256 if weights else "",
         library=library(dist),
         device=str(device),
-        dtype="float32",
+        dtype=DTYPES[check_dtype(dtype)],
     )

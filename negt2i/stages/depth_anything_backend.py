@@ -37,10 +37,15 @@ def resize_disparity(predicted: Any, shape_hw: tuple[int, int]) -> NDArray[np.fl
 class DepthAnythingEstimator:
     """Wraps a ``transformers`` depth model and its image processor."""
 
-    def __init__(self, model: Any, processor: Any, info: ModelInfo, *, batch_size: int = 8) -> None:
+    def __init__(
+        self, model: Any, processor: Any, info: ModelInfo, *, batch_size: int = 8, dtype: str = "fp32"
+    ) -> None:
+        from negt2i.stages._torch import DTYPES, check_dtype
+
         self.model = model.eval()
         self.processor = processor
-        self.info = info
+        self.dtype = check_dtype(dtype)
+        self.info = info.model_copy(update={"dtype": DTYPES[self.dtype]})
         self.device = next(model.parameters()).device
         self.batch_size = batch_size
 
@@ -51,6 +56,7 @@ class DepthAnythingEstimator:
         device: str = "auto",
         weights_dir: str | Path | None = None,
         config: RuleConfig = CURRENT,
+        dtype: str = "fp32",
         **_: Any,
     ) -> DepthAnythingEstimator:
         """Load Depth-Anything-V2-Small from the weights cache (``negt2i weights fetch``)."""
@@ -64,13 +70,12 @@ class DepthAnythingEstimator:
         processor = AutoImageProcessor.from_pretrained(verified.folder, local_files_only=True)  # type: ignore[no-untyped-call]
         model = DepthAnythingForDepthEstimation.from_pretrained(verified.folder, local_files_only=True)
         model.to(dev)  # type: ignore[arg-type]  # transformers types .to() oddly
-        return cls(
-            model, processor, model_info("depth", BACKEND, MODEL, dist="transformers", device=dev, weights=verified)
-        )
+        info = model_info("depth", BACKEND, MODEL, dist="transformers", device=dev, weights=verified, dtype=dtype)
+        return cls(model, processor, info, dtype=dtype)
 
     def disparity(self, images: Sequence[Image]) -> list[NDArray[np.float32]]:
         """One (H, W) disparity map per image, at the image's size."""
-        import torch
+        from negt2i.stages._torch import precision
 
         shapes = [check_image(im) for im in images]
         out: list[NDArray[np.float32] | None] = [None] * len(images)
@@ -81,7 +86,7 @@ class DepthAnythingEstimator:
             for start in range(0, len(members), self.batch_size):
                 idx = members[start : start + self.batch_size]
                 inputs = self.processor(images=[images[i] for i in idx], return_tensors="pt").to(self.device)
-                with torch.inference_mode():
+                with precision(self.device, self.dtype):
                     predicted = self.model(**inputs).predicted_depth
                 for i, disp in zip(idx, resize_disparity(predicted, hw), strict=True):
                     out[i] = disp

@@ -135,12 +135,16 @@ class MaskRCNNDetector:
         *,
         floor: float = CURRENT.detection.prediction_floor,
         batch_size: int = 8,
+        dtype: str = "fp32",
     ) -> None:
         """``model`` is in eval mode with ``box_score_thresh`` at most ``floor`` (``build_model``)."""
+        from negt2i.stages._torch import DTYPES, check_dtype
+
         if float(model.roi_heads.score_thresh) > floor:
             raise ValueError(f"the model's box_score_thresh {model.roi_heads.score_thresh} is above the floor {floor}")
         self.model = model.eval()
-        self.info = info
+        self.dtype = check_dtype(dtype)
+        self.info = info.model_copy(update={"dtype": DTYPES[self.dtype]})
         self.floor = floor
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
@@ -154,6 +158,7 @@ class MaskRCNNDetector:
         weights_dir: str | Path | None = None,
         config: RuleConfig = CURRENT,
         batch_size: int = 8,
+        dtype: str = "fp32",
         **_: Any,
     ) -> MaskRCNNDetector:
         """Load Mask R-CNN R50-FPN (COCO_V1) from the weights cache (``negt2i weights fetch maskrcnn-r50``)."""
@@ -170,16 +175,18 @@ class MaskRCNNDetector:
         state = torch.load(verified.path(e.main_file), map_location="cpu", weights_only=True)
         model.load_state_dict(state)
         model.to(dev)
-        info = model_info("detector", BACKEND, MODEL, dist="torchvision", device=dev, weights=verified)
+        info = model_info("detector", BACKEND, MODEL, dist="torchvision", device=dev, weights=verified, dtype=dtype)
         nms = float(model.roi_heads.nms_thresh)
         point = OperatingPoint(
             prediction_floor=floor, suppression=f"nms:{nms:g}", input_size=int(model.transform.min_size[0])
         )
-        return cls(model, applied(info, config, point), floor=floor, batch_size=batch_size)
+        return cls(model, applied(info, config, point), floor=floor, batch_size=batch_size, dtype=dtype)
 
     def detect(self, images: Sequence[Image]) -> list[Detections]:
         """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling."""
         import torch
+
+        from negt2i.stages._torch import precision
 
         shapes = [check_image(im) for im in images]
         out: list[Detections] = []
@@ -188,7 +195,7 @@ class MaskRCNNDetector:
                 torch.from_numpy(np.ascontiguousarray(im)).to(self.device).permute(2, 0, 1).float().div_(255.0)
                 for im in images[part]
             ]
-            with torch.inference_mode():
+            with precision(self.device, self.dtype):
                 preds = self.model(tensors)
             for p, hw in zip(preds, shapes[part], strict=True):
                 masks = p["masks"] >= MASK_THRESHOLD  # threshold on the device: bool, not float, comes back

@@ -143,7 +143,7 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ...,
+    config: RuleConfig | None = ..., dtype: str | None = ...,
 ) -> Detector: ...
 @overload
 def create(
@@ -152,7 +152,7 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ...,
+    config: RuleConfig | None = ..., dtype: str | None = ...,
 ) -> Segmenter: ...
 @overload
 def create(
@@ -161,7 +161,7 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ...,
+    config: RuleConfig | None = ..., dtype: str | None = ...,
 ) -> AttributeScorer: ...
 @overload
 def create(
@@ -170,7 +170,7 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ...,
+    config: RuleConfig | None = ..., dtype: str | None = ...,
 ) -> DepthEstimator: ...
 @overload
 def create(
@@ -179,7 +179,7 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ...,
+    config: RuleConfig | None = ..., dtype: str | None = ...,
 ) -> Detector | Segmenter | AttributeScorer | DepthEstimator: ...
 def create(
     stage: str,
@@ -188,13 +188,15 @@ def create(
     device: str = "auto",
     weights_dir: str | Path | None = None,
     config: RuleConfig | None = None,
+    dtype: str | None = None,
 ) -> Detector | Segmenter | AttributeScorer | DepthEstimator:  # fmt: skip
     """Build backend ``name`` of ``stage`` (see the module docstring)."""
     from negt2i.config import CURRENT
     from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Segmenter
 
     row = backend(stage, name)
-    built = row.factory(device=device, weights_dir=weights_dir, config=config or CURRENT)
+    extra = {} if dtype is None else {"dtype": dtype}  # compute dtype, for the backends that take one
+    built = row.factory(device=device, weights_dir=weights_dir, config=config or CURRENT, **extra)
     protocol: type[Any] = {"detector": Detector, "segmenter": Segmenter, "attributes": AttributeScorer,
                            "depth": DepthEstimator}[stage]  # fmt: skip
     if not isinstance(built, protocol):

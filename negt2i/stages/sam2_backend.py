@@ -10,6 +10,8 @@ closed with a radius-5 disk and stripped of components under 5% of the largest
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -18,7 +20,7 @@ from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.stages.base import Image, ModelInfo, applied
-from negt2i.stages.common import check_boxes, check_image, refine_with_candidates
+from negt2i.stages.common import check_boxes, check_image, chunks, refine_with_candidates
 from negt2i.stages.registry import register
 
 BACKEND: Final = "sam2.1-hiera-small"
@@ -48,12 +50,27 @@ def make_predictor(model: Any) -> Any:
 
 
 class SAM2Segmenter:
-    """Wraps a ``SAM2ImagePredictor`` (which holds the current image: calls are serialised by a lock)."""
+    """Wraps a ``SAM2ImagePredictor`` (which holds the current images: calls are serialised by a lock).
 
-    def __init__(self, predictor: Any, info: ModelInfo, *, config: RuleConfig = CURRENT) -> None:
+    ``refine_batch`` encodes up to ``image_batch_size`` images in one backbone call; ``dtype`` (``fp32``,
+    ``bf16``, ``fp16``) is the autocast precision of the model calls."""
+
+    def __init__(
+        self,
+        predictor: Any,
+        info: ModelInfo,
+        *,
+        config: RuleConfig = CURRENT,
+        dtype: str = "fp32",
+        image_batch_size: int = 8,
+    ) -> None:
+        from negt2i.stages._torch import DTYPES, check_dtype
+
         self.predictor = predictor
-        self.info = info
+        self.dtype = check_dtype(dtype)
+        self.info = info.model_copy(update={"dtype": DTYPES[self.dtype]})
         self.config = config
+        self.image_batch_size = image_batch_size
         self._lock = threading.Lock()
 
     @classmethod
@@ -63,6 +80,7 @@ class SAM2Segmenter:
         device: str = "auto",
         weights_dir: str | Path | None = None,
         config: RuleConfig = CURRENT,
+        dtype: str = "fp32",
         **_: Any,
     ) -> SAM2Segmenter:
         """Load SAM 2.1 hiera-small from the weights cache (``negt2i weights fetch``)."""
@@ -74,35 +92,61 @@ class SAM2Segmenter:
         model = build_model(verified.path("sam2.1_hiera_small.pt"), dev)
         return cls(
             make_predictor(model),
-            applied(model_info("segmenter", BACKEND, MODEL, dist="sam2", device=dev, weights=verified), config),
+            applied(
+                model_info("segmenter", BACKEND, MODEL, dist="sam2", device=dev, weights=verified, dtype=dtype), config
+            ),
             config=config,
+            dtype=dtype,
         )
 
-    def candidates(self, boxes: NDArray[np.float32], shape_hw: tuple[int, int]) -> NDArray[np.bool_]:
-        """SAM's three candidate masks (k, 3, H, W) per box, for the image last set on the predictor."""
-        import torch
+    def candidates(self, boxes: NDArray[np.float32], shape_hw: tuple[int, int], img_idx: int = -1) -> NDArray[np.bool_]:
+        """SAM's three candidate masks (k, 3, H, W) per box, for image ``img_idx`` of those last set on the
+        predictor (``set_image`` or ``set_image_batch``)."""
+        from negt2i.stages._torch import precision
 
-        with torch.inference_mode():
-            masks, _, _ = self.predictor.predict(box=np.asarray(boxes, np.float32), multimask_output=True)
-        return np.asarray(masks > 0.5).reshape(len(boxes), -1, *shape_hw)
+        p = self.predictor
+        with precision(p.device, self.dtype):
+            mask_input, coords, labels, box = p._prep_prompts(
+                None, None, np.asarray(boxes, np.float32), None, True, img_idx=img_idx
+            )
+            masks, _, _ = p._predict(coords, labels, box, mask_input, True, return_logits=False, img_idx=img_idx)
+        return np.asarray(masks.cpu().numpy(), dtype=bool).reshape(len(boxes), -1, *shape_hw)
 
     def refine(self, image: Image, boxes: NDArray[np.float32], reference_masks: NDArray[np.bool_]) -> NDArray[np.bool_]:
         """Refined masks (K, H, W); see the module docstring."""
-        import torch
+        return self.refine_batch([(image, boxes, reference_masks)])[0]
 
-        hw = check_image(image)
-        boxes = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
-        refs = np.asarray(reference_masks, dtype=bool)
-        check_boxes(boxes, refs, hw)
-        if boxes.shape[0] == 0:
-            return np.zeros((0, *hw), dtype=bool)
+    def refine_batch(
+        self, items: Sequence[tuple[Image, NDArray[np.float32], NDArray[np.bool_]]]
+    ) -> list[NDArray[np.bool_]]:
+        """``refine`` for many images: the images with boxes are encoded ``image_batch_size`` at a time in one
+        backbone call (``set_image_batch``), then each image's boxes are prompted in chunks as in ``refine``.
+        Same output as ``refine`` per image."""
+        from negt2i.stages._torch import precision
+
+        checked: list[tuple[tuple[int, int], NDArray[np.float32], NDArray[np.bool_]]] = []
+        for image, boxes, refs in items:
+            hw = check_image(image)
+            b = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+            r = np.asarray(refs, dtype=bool)
+            check_boxes(b, r, hw)
+            checked.append((hw, b, r))
+        out: list[NDArray[np.bool_]] = [np.zeros((0, *hw), dtype=bool) for hw, _, _ in checked]
+        todo = [i for i, (_, b, _) in enumerate(checked) if b.shape[0]]
         with self._lock:
-            with torch.inference_mode():
-                self.predictor.set_image(np.ascontiguousarray(image))
-            try:
-                return refine_with_candidates(hw, boxes, refs, lambda chunk: self.candidates(chunk, hw), self.config)
-            finally:
-                self.predictor.reset_predictor()
+            for part in chunks(len(todo), self.image_batch_size):
+                group = todo[part]
+                with precision(self.predictor.device, self.dtype):
+                    self.predictor.set_image_batch([np.ascontiguousarray(items[i][0]) for i in group])
+                try:
+                    for j, i in enumerate(group):
+                        hw, b, r = checked[i]
+                        out[i] = refine_with_candidates(
+                            hw, b, r, partial(self.candidates, shape_hw=hw, img_idx=j), self.config
+                        )
+                finally:
+                    self.predictor.reset_predictor()
+        return out
 
 
 register("segmenter", BACKEND, SAM2Segmenter.from_weights, model=MODEL, weights=BACKEND)

@@ -58,13 +58,17 @@ class SigLIPScorer:
         info: ModelInfo,
         *,
         batch_size: int = 16,
+        dtype: str = "fp32",
     ) -> None:
         import torch
+
+        from negt2i.stages._torch import DTYPES, check_dtype
 
         self.model = model.eval()
         self.preprocess = preprocess
         self.tokenizer = tokenizer
-        self.info = info
+        self.dtype = check_dtype(dtype)
+        self.info = info.model_copy(update={"dtype": DTYPES[self.dtype]})
         self.device = next(model.parameters()).device
         self.batch_size = batch_size
         self._text_cache: dict[tuple[str, tuple[str, ...]], torch.Tensor] = {}
@@ -76,6 +80,7 @@ class SigLIPScorer:
         device: str = "auto",
         weights_dir: str | Path | None = None,
         config: RuleConfig = CURRENT,
+        dtype: str = "fp32",
         **_: Any,
     ) -> SigLIPScorer:
         """Load SigLIP 2 SO400M/14 at 378 px from the weights cache (``negt2i weights fetch``)."""
@@ -93,18 +98,20 @@ class SigLIPScorer:
             model,
             preprocess,
             tokenizer,
-            model_info("attributes", BACKEND, MODEL, dist="open_clip_torch", device=dev, weights=verified),
+            model_info("attributes", BACKEND, MODEL, dist="open_clip_torch", device=dev, weights=verified, dtype=dtype),
+            dtype=dtype,
         )
 
     def text_embeddings(self, class_name: str, answers: Sequence[str]) -> Any:
         """Unit-norm text embeddings (len(answers), D) for one class, cached."""
-        import torch
         import torch.nn.functional as F
+
+        from negt2i.stages._torch import precision
 
         key = (class_name, tuple(answers))
         if key not in self._text_cache:
             tokens = self.tokenizer([text_prompt(a, class_name) for a in answers]).to(self.device)
-            with torch.inference_mode():
+            with precision(self.device, self.dtype):
                 self._text_cache[key] = F.normalize(self.model.encode_text(tokens).float(), dim=-1)
         return self._text_cache[key]
 
@@ -116,25 +123,41 @@ class SigLIPScorer:
         answers: Sequence[str],
     ) -> NDArray[np.float32]:
         """Scores (K, len(answers)): 100 x cosine(crop, prompt) per instance and answer."""
+        return self.score_batch([(image, masks, class_names, answers)])[0]
+
+    def score_batch(
+        self, items: Sequence[tuple[Image, NDArray[np.bool_], Sequence[str], Sequence[str]]]
+    ) -> list[NDArray[np.float32]]:
+        """``score`` for many images: the crops of all images go through the image tower together,
+        ``batch_size`` crops per forward pass. Same scores as ``score`` per image."""
         import torch
         import torch.nn.functional as F
         from PIL import Image as PILImage
 
-        hw = check_image(image)
-        masks = check_instance_masks(masks, hw, len(class_names))
-        out = np.zeros((len(class_names), len(answers)), dtype=np.float32)
-        if not len(class_names) or not answers:
-            return out
-        pixels = [self.preprocess(PILImage.fromarray(c)) for c in crops(image, masks)]
+        from negt2i.stages._torch import precision
+
+        outs: list[NDArray[np.float32]] = []
+        owners: list[tuple[int, int]] = []  # (item, instance) of every crop, in order
+        pixels: list[Any] = []
+        for i, (image, masks, class_names, answers) in enumerate(items):
+            hw = check_image(image)
+            checked = check_instance_masks(masks, hw, len(class_names))
+            outs.append(np.zeros((len(class_names), len(answers)), dtype=np.float32))
+            if not len(class_names) or not answers:
+                continue
+            for k, crop in enumerate(crops(image, checked)):
+                owners.append((i, k))
+                pixels.append(self.preprocess(PILImage.fromarray(crop)))
         for start in range(0, len(pixels), self.batch_size):
             batch = torch.stack(pixels[start : start + self.batch_size]).to(self.device)
-            with torch.inference_mode():
+            with precision(self.device, self.dtype):
                 feats = F.normalize(self.model.encode_image(batch).float(), dim=-1)
             for j in range(feats.shape[0]):
-                k = start + j
+                i, k = owners[start + j]
+                _, _, class_names, answers = items[i]
                 text = self.text_embeddings(class_names[k], answers)
-                out[k] = (100.0 * feats[j] @ text.T).cpu().numpy()
-        return out
+                outs[i][k] = (100.0 * feats[j] @ text.T).cpu().numpy()
+        return outs
 
 
 register("attributes", BACKEND, SigLIPScorer.from_weights, model=MODEL, weights=BACKEND)

@@ -22,6 +22,7 @@ from typing import Any, Final
 import numpy as np
 from google.protobuf.message import Message
 
+from negt2i.stages._torch import parse_dtypes
 from negt2i.stages.base import Image, ModelInfo
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
 from negt2i.wire import adapter
@@ -51,12 +52,14 @@ class StageSettings:
     """Rule preset or JSON file whose stage constants the backend applies (``NEGT2I_RULES``, as the orchestrator)."""
     limits: ItemLimits = field(default_factory=ItemLimits)
     """Per-item limits (``negt2i.wire.limits``)."""
+    dtype: str = "fp32"
 
     @classmethod
     def from_env(cls, stage: str, env: dict[str, str] | None = None) -> StageSettings:
         """``NEGT2I_<STAGE>_BACKEND``, ``NEGT2I_DEVICE``, ``NEGT2I_WEIGHTS_DIR``, ``NEGT2I_MAX_PIXELS``,
         ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE``, ``NEGT2I_RULES`` (and ``NEGT2I_BACKEND_MODULES``:
-        modules imported before the backend is built, to register more backends)."""
+        modules imported before the backend is built, to register more backends), ``NEGT2I_DTYPE`` (``fp32``,
+        ``bf16``, ``fp16``, or ``stage=dtype`` pairs as ``negt2i evaluate --dtype``)."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
         e = dict(os.environ if env is None else env)
@@ -70,13 +73,14 @@ class StageSettings:
             max_batch_size=int(e.get("NEGT2I_MAX_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE)),
             rules=e.get("NEGT2I_RULES") or "current",
             limits=ItemLimits.from_env(e),
+            dtype=parse_dtypes(e.get("NEGT2I_DTYPE", "fp32"), STAGES)[stage],
         )
 
 
 def _create_backend(settings: StageSettings) -> Any:
     from negt2i.config import load_config
 
-    options: dict[str, Any] = {"device": settings.device, "config": load_config(settings.rules)}
+    options: dict[str, Any] = {"device": settings.device, "config": load_config(settings.rules), "dtype": settings.dtype}
     if settings.weights_dir:
         options["weights_dir"] = settings.weights_dir
     return create(settings.stage, settings.backend, **options)

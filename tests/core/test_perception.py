@@ -101,3 +101,26 @@ def test_rle_rejects_inconsistent_records() -> None:
         rle.decode({"size": [2, 3], "counts": [2, 3]})
     with pytest.raises(ValueError, match="needs 'size'"):
         rle.decode({"counts": [1]})
+
+
+def test_rle_long_runs_and_large_deltas_match_pycocotools() -> None:
+    """4096 px masks: runs of millions of pixels and deltas of both signs (multi-group values)."""
+    mask = np.zeros((4096, 4096), bool)
+    mask[:, 1000:3000] = True  # one run of ~8M pixels
+    mask[5:7, 3500] = True  # then tiny runs: large negative deltas
+    mask[-1, -1] = True
+    for m in (mask, ~mask, np.ones((4096, 4096), bool)):
+        ref = coco_mask.encode(np.asfortranarray(m.astype(np.uint8)))
+        ours = rle.encode(m)
+        assert ours["counts"] == ref["counts"].decode()
+        assert rle.area(ours) == int(m.sum())
+        np.testing.assert_array_equal(rle.decode(ours), m)
+
+
+def test_rle_rejects_malformed_compressed_strings() -> None:
+    with pytest.raises(ValueError, match="truncated compressed RLE string"):
+        rle.decode({"size": [2, 3], "counts": "6P"})  # 'P' = 32 + 48: a continuation group at the end
+    with pytest.raises(ValueError, match="outside"):
+        rle.decode({"size": [2, 3], "counts": "6~"})
+    with pytest.raises(ValueError, match="cover"):
+        rle.decode({"size": [2, 3], "counts": "50"})

@@ -61,6 +61,8 @@ def test_every_output_is_written_and_names_its_inputs(report_dir: Path, files: d
             "row_failures.csv",
             "dead_zone.csv",
             "paired.csv",
+            "matched_load.csv",
+            ".negt2i-report.json",
             "report.md",
             "report.html",
         ]
@@ -114,7 +116,8 @@ def test_paired_differences_against_the_first_model(report_dir: Path) -> None:
 
 def test_html_is_self_contained(report_dir: Path) -> None:
     html = (report_dir / "report.html").read_text()
-    assert html.count("data:image/png;base64,") >= 4  # comparison, polarity gap, heatmaps, failures
+    # comparison, polarity gap, matched load, and a heatmap and a failure plot per model
+    assert html.count("data:image/png;base64,") == 7
     assert not re.search(r"""(src|href)=["']?(https?:|//)""", html) and "<script" not in html and "<link" not in html
 
 

@@ -409,3 +409,20 @@ def test_submit_uses_the_one_results_writer(orchestrator: Proc, demo: Path, tmp_
         holder.communicate("", timeout=30)
     assert main([*args, "--out", str(out)]) == 0
     assert "results file: 4 images: 3 judged, 1 errors (unreadable_image 1)" in capsys.readouterr().out
+
+
+def test_submit_save_perception_matches_evaluate(orchestrator: Proc, demo: Path, tmp_path: Path):
+    """``--save-perception`` through the orchestrator stores exactly what the embedded run stores."""
+    local = tmp_path / "embedded.jsonl"
+    argv = [str(demo), "--out", str(local), "--backend", "synthetic", "--no-progress", "--save-perception"]
+    assert main(["evaluate", *argv]) == 0
+    out = tmp_path / "submitted.jsonl"
+    side = tmp_path / "side.jsonl"
+    target = orchestrator.target
+    argv = [str(demo), "--orchestrator", target, "--out", str(out), "--no-progress", "--save-perception", str(side)]
+    assert main(["submit", *argv]) == 0
+    got = [json.loads(line) for line in side.read_text().splitlines()]
+    want = [json.loads(line) for line in (tmp_path / "embedded.perception.jsonl").read_text().splitlines()]
+    assert len(got) == len(want) == 48  # one per judged image; error lines have none
+    assert got == want
+    assert any(r["refined"] for r in got) and any(r["attributes"] for r in got)

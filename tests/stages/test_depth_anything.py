@@ -88,3 +88,16 @@ def test_resize_disparity_known_outputs():
 
 def test_empty_call(estimator):
     assert estimator.disparity([]) == []
+
+
+@pytest.mark.parametrize(("dtype", "recorded"), [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_reduced_precision_is_recorded_and_returns_float32(estimator, dtype, recorded):
+    """``dtype`` runs the model under autocast, records the precision in ``ModelInfo`` and still returns
+    float32 maps close to the fp32 ones (random weights: the drift itself is reported by
+    ``benchmarks/gpu_check.py``, not asserted tightly here)."""
+    reduced = DepthAnythingEstimator(estimator.model, estimator.processor, estimator.info, dtype=dtype)
+    assert estimator.info.dtype == "float32" and reduced.info.dtype == recorded
+    image = np.random.default_rng(1).integers(0, 255, (40, 56, 3), dtype=np.uint8)
+    ref, out = estimator.disparity([image])[0], reduced.disparity([image])[0]
+    assert out.dtype == np.float32 and out.shape == ref.shape
+    assert np.abs(out - ref).max() <= 0.1 * (np.abs(ref).max() + 1e-6)

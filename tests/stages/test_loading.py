@@ -123,9 +123,10 @@ def test_rfdetr_from_weights(tmp_path, no_published_hashes):
     source = RFDETRSegXLarge(pretrain_weights=None, device="cpu")
     torch.save({"model": source.model.model.state_dict()}, folder / "rf-detr-seg-xlarge.pt")
     sha = _lock(folder, "rfdetr-seg-xl")
-    det = registry.create("detector", "rfdetr-seg-xl", device="cpu", weights_dir=tmp_path)
+    # a small inference resolution keeps the test fast (the optimised graph is built for it)
+    det = registry.create("detector", "rfdetr-seg-xl", device="cpu", weights_dir=tmp_path, shape=(96, 96))
     assert det.info.sha256 == sha and det.info.model == "RFDETRSegXLarge"
-    det.shape = (96, 96)  # small inference resolution to keep the test fast
+    assert det.optimized
     out = det.detect([np.zeros((40, 50, 3), np.uint8)])
     assert out[0].shape_hw == (40, 50)
 

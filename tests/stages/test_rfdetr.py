@@ -61,6 +61,8 @@ def test_to_detections_empty_and_maskless():
 
 @pytest.mark.slow
 def test_real_architecture_with_random_weights():
+    """The XL architecture, random weights: the detector runs RF-DETR's inference-optimised graph by default,
+    with the same output as the training graph's ``predict()`` (classes, scores, boxes, masks)."""
     torch = pytest.importorskip("torch")
     from rfdetr import RFDETRSegXLarge
 
@@ -69,14 +71,22 @@ def test_real_architecture_with_random_weights():
     torch.manual_seed(0)
     model = RFDETRSegXLarge(pretrain_weights=None, device="cpu")  # the XL architecture, nothing downloaded
     assert sum(p.numel() for p in model.model.model.parameters()) == pytest.approx(38.1e6, rel=0.01)
-    info = ModelInfo(stage="detector", backend="rfdetr-seg-xl", model="RFDETRSegXLarge", revision="random-init")
-    detector = RFDETRDetector(model, info, floor=CURRENT.detection.prediction_floor, shape=(96, 96))
-    assert isinstance(detector, Detector)
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 255, (64, 80, 3), dtype=np.uint8), rng.integers(0, 255, (72, 48, 3), dtype=np.uint8)]
+    info = ModelInfo(stage="detector", backend="rfdetr-seg-xl", model="RFDETRSegXLarge", revision="random-init")
+    reference = RFDETRDetector(model, info, floor=CURRENT.detection.prediction_floor, shape=(96, 96), optimize=False)
+    expected = reference.detect(images)  # the training graph (model.model.model)
+    assert not model._is_optimized_for_inference
+    detector = RFDETRDetector(model, info, floor=CURRENT.detection.prediction_floor, shape=(96, 96))
+    assert detector.optimized and model._is_optimized_for_inference
+    assert isinstance(detector, Detector)
     out = detector.detect(images)
     assert [d.shape_hw for d in out] == [(64, 80), (72, 48)]
-    for d in out:
+    for d, e in zip(out, expected, strict=True):
+        assert len(d) > 0 and d.class_names == e.class_names
+        np.testing.assert_allclose(d.scores, e.scores, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(d.xyxy, e.xyxy, rtol=1e-5, atol=1e-3)
+        np.testing.assert_array_equal(d.masks, e.masks)
         assert set(d.class_names) <= set(COCO_CLASSES)
         assert len(d) <= 300  # num_select of the XL config
         assert (d.scores >= 0.005).all()
@@ -85,3 +95,8 @@ def test_real_architecture_with_random_weights():
     assert again.class_names == out[0].class_names
     np.testing.assert_allclose(again.scores, out[0].scores, rtol=1e-4, atol=1e-6)
     assert detector.detect([]) == []
+    assert detector.info.dtype == "float32"
+    with pytest.raises(ValueError, match="square shape"):
+        RFDETRDetector(model, info, shape=(96, 64))
+    with pytest.raises(ValueError, match="unknown dtype"):
+        RFDETRDetector(model, info, shape=(96, 96), dtype="int8")

@@ -122,3 +122,25 @@ def test_text_embeddings_are_cached_per_class(scorer):
 def test_no_instances(scorer):
     out = scorer.score(np.zeros((8, 8, 3), np.uint8), np.zeros((0, 8, 8), bool), [], ("red",))
     assert out.shape == (0, 1)
+
+
+def test_score_batch_scores_crops_of_many_images_together(scorer):
+    """Crops of several images share forward passes (batch_size 2 here: passes mix images), with every
+    image's scores as when it is scored alone."""
+    rng = np.random.default_rng(3)
+    items = []
+    for hw, n in (((48, 64), 3), ((32, 32), 0), ((40, 56), 2)):
+        image = rng.integers(0, 255, (*hw, 3), dtype=np.uint8)
+        masks = rng.random((n, *hw)) < 0.3
+        items.append((image, masks, ["cup", "bowl", "cup"][:n], ("red", "blue")))
+    calls = []
+    real = scorer.model.encode_image
+    scorer.model.encode_image = lambda batch: calls.append(len(batch)) or real(batch)
+    try:
+        batched = scorer.score_batch(items)
+    finally:
+        scorer.model.encode_image = real
+    assert calls == [2, 2, 1]  # 5 crops from two images, 2 per forward pass
+    for (image, masks, names, answers), out in zip(items, batched, strict=True):
+        assert out.shape == (len(names), 2)
+        np.testing.assert_allclose(out, scorer.score(image, masks, names, answers), rtol=1e-5, atol=1e-4)

@@ -1,0 +1,179 @@
+"""The perception side file (``--save-perception``): what each verdict was judged from, keyed by image.
+
+One JSON line per judged image (schema in ``docs/results.md``)::
+
+    {"filename": "00012/samples/0003.png", "prompt_id": "...", "sample": 3, "height": H, "width": W,
+     "detections": [{"index": 4, "class": "cup", "score": 0.91, "box": [x0, y0, x1, y1], "mask": RLE}, ...],
+     "refined": {"4": RLE, ...}, "attributes": {"4": {"red": 12.3, ...}}, "used_depth": false}
+
+``detections`` holds every detection of the prompt's classes that the verdict kept
+(``objects[].measurements.kept``), with the detector's own index, so the verdict's
+detection indices resolve here; ``refined`` the SAM 2 masks the relation rules
+measured; ``attributes`` the scores the attribute rules read. Masks are COCO RLE
+(``negt2i.rle``). The disparity map is not stored (its numbers are in the
+statement's measurements). A rerun appends; readers take the last line per
+``filename``. An audit (``negt2i audit``) reads this file instead of re-running
+the models.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+from numpy.typing import NDArray
+
+from negt2i import rle
+from negt2i.perception import ImagePerception
+from negt2i.verdict import Verdict
+
+
+def default_path(results: str | Path) -> Path:
+    """``results.jsonl`` -> ``results.perception.jsonl`` (next to the results file)."""
+    p = Path(results)
+    return p.with_name(p.stem + ".perception.jsonl" if p.suffix == ".jsonl" else p.name + ".perception.jsonl")
+
+
+def perception_record(
+    filename: str, sample: int | None, verdict: Verdict, perception: ImagePerception, *, used_depth: bool | None = None
+) -> dict[str, Any]:
+    """The side-file line of one judged image (see the module docstring); ``used_depth`` overrides
+    ``perception.disparity is not None`` (a perception received over the wire has no disparity map)."""
+    det = perception.detections
+    used: set[int] = set()
+    for o in verdict.objects:
+        used.update(int(i) for i, _ in o.measurements.get("kept", []))
+        used.update(o.detections)
+    refined = perception.refined
+    attrs = perception.attributes
+    if refined is not None:
+        used.update(refined.masks)
+    if attrs is not None:
+        used.update(attrs.scores)
+    h, w = perception.shape_hw
+    return {
+        "filename": filename,
+        "prompt_id": verdict.prompt_id,
+        "sample": sample,
+        "height": h,
+        "width": w,
+        "detections": [
+            {
+                "index": i,
+                "class": det.class_names[i],
+                "score": float(det.scores[i]),
+                "box": [float(v) for v in det.xyxy[i]],
+                "mask": rle.encode(det.masks[i]),
+            }
+            for i in sorted(used)
+        ],
+        "refined": {str(i): rle.encode(m) for i, m in sorted(refined.masks.items())} if refined is not None else {},
+        "attributes": {str(i): dict(s) for i, s in sorted(attrs.scores.items())} if attrs is not None else {},
+        "used_depth": perception.disparity is not None if used_depth is None else used_depth,
+    }
+
+
+class PerceptionWriter:
+    """Appends side-file lines, whole and flushed (like the results file)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.parent != Path():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh: TextIO = self.path.open("a", encoding="utf-8")
+
+    def write(
+        self,
+        filename: str,
+        sample: int | None,
+        verdict: Verdict,
+        perception: ImagePerception,
+        *,
+        used_depth: bool | None = None,
+    ) -> None:
+        record = perception_record(filename, sample, verdict, perception, used_depth=used_depth)
+        self._fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> PerceptionWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class SavedDetection:
+    """One stored detection: the detector's index, class, score, box and mask (decoded)."""
+
+    index: int
+    class_name: str
+    score: float
+    box: tuple[float, float, float, float]
+    mask: NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class SavedPerception:
+    """A side-file line decoded: detections by index, refined masks by detection index, attribute scores."""
+
+    filename: str
+    shape_hw: tuple[int, int]
+    detections: Mapping[int, SavedDetection]
+    refined: Mapping[int, NDArray[np.bool_]]
+    attributes: Mapping[int, Mapping[str, float]]
+    used_depth: bool
+
+    def mask(self, index: int) -> NDArray[np.bool_] | None:
+        """The mask the relation rules measured (refined if stored, else the detector's)."""
+        if index in self.refined:
+            return self.refined[index]
+        d = self.detections.get(index)
+        return None if d is None else d.mask
+
+
+def decode(record: Mapping[str, Any]) -> SavedPerception:
+    """Decode one side-file line; raises ``ValueError`` naming what is wrong."""
+    try:
+        hw = (int(record["height"]), int(record["width"]))
+        dets: dict[int, SavedDetection] = {}
+        for d in record["detections"]:
+            mask = rle.decode(d["mask"])
+            if mask.shape != hw:
+                raise ValueError(f"detection {d['index']}: mask is {mask.shape}, image is {hw}")
+            x0, y0, x1, y1 = (float(v) for v in d["box"])
+            dets[int(d["index"])] = SavedDetection(
+                int(d["index"]), str(d["class"]), float(d["score"]), (x0, y0, x1, y1), mask
+            )
+        refined = {int(k): rle.decode(v) for k, v in record.get("refined", {}).items()}
+        attrs = {int(k): {str(a): float(s) for a, s in v.items()} for k, v in record.get("attributes", {}).items()}
+        return SavedPerception(str(record["filename"]), hw, dets, refined, attrs, bool(record.get("used_depth")))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a perception record ({type(exc).__name__}: {exc})") from None
+
+
+def iter_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Lines of a side file (a torn last line is skipped)."""
+    with Path(path).open(encoding="utf-8") as fh:
+        lines = fh.readlines()
+    for k, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError:
+            if k == len(lines) and not line.endswith("\n"):
+                return
+            raise ValueError(f"{path}: line {k} is not valid JSON") from None
+
+
+def read_perception(path: str | Path) -> dict[str, dict[str, Any]]:
+    """``filename`` -> its last side-file line (undecoded; ``decode`` one when it is needed)."""
+    return {str(r.get("filename")): r for r in iter_records(path)}
