@@ -16,7 +16,7 @@ from negt2i.cli import main
 from negt2i.images import load_image
 from negt2i.perception_file import decode, read_perception
 from negt2i.results import read_results
-from orchestrator.demo_data import write_demo
+from negt2i.stages.demo_data import write_demo
 
 
 @pytest.fixture(scope="module")

@@ -351,7 +351,7 @@ def test_save_perception_keeps_what_each_verdict_used(tmp_path: Path) -> None:
     """The side file holds, per judged image, the masks and scores the measurements came from."""
     from negt2i.perception_file import decode, read_perception
     from negt2i.rules import measure_comparative, measure_directional, measure_proximity
-    from orchestrator.demo_data import write_demo
+    from negt2i.stages.demo_data import write_demo
 
     root = tmp_path / "demo"
     write_demo(root, prompts=12, samples=2, seed=3)

@@ -143,7 +143,8 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ..., dtype: str | None = ...,
+    config: RuleConfig | None = ...,
+    dtype: str | None = ...,
 ) -> Detector: ...
 @overload
 def create(
@@ -152,7 +153,8 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ..., dtype: str | None = ...,
+    config: RuleConfig | None = ...,
+    dtype: str | None = ...,
 ) -> Segmenter: ...
 @overload
 def create(
@@ -161,7 +163,8 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ..., dtype: str | None = ...,
+    config: RuleConfig | None = ...,
+    dtype: str | None = ...,
 ) -> AttributeScorer: ...
 @overload
 def create(
@@ -170,7 +173,8 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ..., dtype: str | None = ...,
+    config: RuleConfig | None = ...,
+    dtype: str | None = ...,
 ) -> DepthEstimator: ...
 @overload
 def create(
@@ -179,7 +183,8 @@ def create(
     *,
     device: str = ...,
     weights_dir: str | Path | None = ...,
-    config: RuleConfig | None = ..., dtype: str | None = ...,
+    config: RuleConfig | None = ...,
+    dtype: str | None = ...,
 ) -> Detector | Segmenter | AttributeScorer | DepthEstimator: ...
 def create(
     stage: str,

@@ -80,7 +80,11 @@ class StageSettings:
 def _create_backend(settings: StageSettings) -> Any:
     from negt2i.config import load_config
 
-    options: dict[str, Any] = {"device": settings.device, "config": load_config(settings.rules), "dtype": settings.dtype}
+    options: dict[str, Any] = {
+        "device": settings.device,
+        "config": load_config(settings.rules),
+        "dtype": settings.dtype,
+    }
     if settings.weights_dir:
         options["weights_dir"] = settings.weights_dir
     return create(settings.stage, settings.backend, **options)
