@@ -63,8 +63,10 @@ class ColourDetector:
         return out
 
 
-def create(*, config: RuleConfig = CURRENT, device: str = "cpu", weights_dir: Any = None) -> ColourDetector:
-    """The factory: explicit keyword options (``device`` and ``weights_dir`` are not needed here)."""
+def create(
+    *, config: RuleConfig = CURRENT, device: str = "cpu", weights_dir: Any = None, dtype: str | None = None
+) -> ColourDetector:
+    """The factory: explicit keyword options (``device``, ``weights_dir`` and ``dtype`` are not needed here)."""
     return ColourDetector(config=config)
 
 

@@ -194,13 +194,16 @@ def create(
     weights_dir: str | Path | None = None,
     config: RuleConfig | None = None,
     dtype: str | None = None,
+    shape: tuple[int, int] | None = None,
 ) -> Detector | Segmenter | AttributeScorer | DepthEstimator:  # fmt: skip
     """Build backend ``name`` of ``stage`` (see the module docstring)."""
     from negt2i.config import CURRENT
     from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Segmenter
 
     row = backend(stage, name)
-    extra = {} if dtype is None else {"dtype": dtype}  # compute dtype, for the backends that take one
+    extra: dict[str, Any] = {} if dtype is None else {"dtype": dtype}  # compute dtype, for backends that take one
+    if shape is not None:  # an inference resolution override (tests)
+        extra["shape"] = shape
     built = row.factory(device=device, weights_dir=weights_dir, config=config or CURRENT, **extra)
     protocol: type[Any] = {"detector": Detector, "segmenter": Segmenter, "attributes": AttributeScorer,
                            "depth": DepthEstimator}[stage]  # fmt: skip
