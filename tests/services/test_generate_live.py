@@ -139,3 +139,40 @@ def test_generation_waits_for_scoring_only_at_the_bound(stage_urls: dict[str, st
         orch.kill()
         slow.kill()
         slow.wait(timeout=10)
+
+
+def test_scoring_survives_an_orchestrator_restart(stage_urls: dict[str, str], tiny: Path, tmp_path: Path,
+                                                  live_tmp: Path):  # fmt: skip
+    # The orchestrator closes connections after ~5 min and pods restart: a long generation run must keep
+    # scoring. The scorer reopens its stream, re-sends what was unanswered, and every image gets one line.
+    from negt2i.evaluate import discover
+    from negt2i.generate import ModelSpec, generate
+    from negt2i.generate.scoring import Scorer
+
+    prompts = read_prompts(REPO / "data" / "negt2ibench.jsonl")[:3]
+    spec = ModelSpec("custom", "tiny", str(tiny), steps=1, width=32, height=32, dtype="float32")
+    out = tmp_path / "gen"
+    generate(spec, prompts, out, seeds=(42, 43), batch_size=3, device="cpu", progress=False)
+    jobs = discover(out)
+    port = free_port()
+    first = start_orchestrator(stage_urls, live_tmp, args=["--port", str(port)])
+    second: Proc | None = None
+    try:
+        target = f"127.0.0.1:{port}"
+        assert wait_health(target, "SERVING", timeout=60) == "SERVING", first.tail()
+        scorer = Scorer(target, tmp_path / "results.jsonl", in_flight=2)
+        scorer.start()
+        for job in jobs[:2]:
+            scorer.submit(job, job.path.read_bytes())
+        first.kill()
+        second = start_orchestrator(stage_urls, live_tmp, args=["--port", str(port)])
+        for job in jobs[2:]:
+            scorer.submit(job, job.path.read_bytes())
+        outcome = scorer.close()
+        assert outcome.stream_error is None and not outcome.retry, (outcome, second.tail())
+        assert outcome.summary.evaluated == 6
+        assert sorted(_by_file(tmp_path / "results.jsonl")) == sorted(job.filename for job in jobs)
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
