@@ -43,7 +43,6 @@ keeps *both* conditions of a drawn prompt, so the difference keeps the pairing),
 from __future__ import annotations
 
 import csv
-import html
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -543,49 +542,6 @@ def tables(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]
     return out
 
 
-def markdown(report: dict[str, Any]) -> str:
-    """The Markdown section (``""`` without probe sections)."""
-    probes = report.get("probes")
-    if not probes:
-        return ""
-    parts = ["", "## Probe sets: negation following and wording robustness", ""]
-    for key in ("negation_following", "wording_robustness"):
-        if any(key in m for m in probes["models"].values()):
-            parts += [f"**How to read {key.replace('_', ' ')}.** {probes['guide'][key]}", ""]
-    for title, columns, rows, note in tables(report):
-        parts += [f"### {title}", "", "| " + " | ".join(columns) + " |"]
-        parts.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(columns) - 2)) + "|")
-        parts += ["| " + " | ".join(row) + " |" for row in rows]
-        parts += ["", note, ""]
-    parts += [f"- {w}" for w in probes["warnings"]]
-    return "\n".join(parts) + "\n"
-
-
-def html_section(report: dict[str, Any], figures: Sequence[tuple[str, str]] = ()) -> str:
-    """The HTML section (``""`` without probe sections); ``figures`` are (caption, base64 PNG) pairs."""
-    probes = report.get("probes")
-    if not probes:
-        return ""
-    e = html.escape
-    parts = ["<h2>Probe sets: negation following and wording robustness</h2>"]
-    for key in ("negation_following", "wording_robustness"):
-        if any(key in m for m in probes["models"].values()):
-            parts.append(f"<p><strong>How to read {e(key.replace('_', ' '))}.</strong> {e(probes['guide'][key])}</p>")
-    for caption, b64 in figures:
-        parts.append(
-            f"<figure><img alt='{e(caption)}' src='data:image/png;base64,{b64}'>"
-            f"<figcaption>{e(caption)}</figcaption></figure>"
-        )
-    for title, columns, rows, note in tables(report):
-        parts.append(f"<h3>{e(title)}</h3><table><thead><tr>" + "".join(f"<th>{e(c)}</th>" for c in columns))
-        parts.append("</tr></thead><tbody>")
-        parts += ["<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in rows]
-        parts.append(f"</tbody></table><p class='note'>{e(note)}</p>")
-    if probes["warnings"]:
-        parts.append("<ul>" + "".join(f"<li>{e(w)}</li>" for w in probes["warnings"]) + "</ul>")
-    return "\n".join(parts)
-
-
 def _num(v: float | None) -> Any:
     return "" if v is None else round(100 * v, 4)
 
@@ -697,9 +653,7 @@ __all__ = [
     "ProbeData",
     "ProbeInputError",
     "add_to_report",
-    "html_section",
     "load",
-    "markdown",
     "negation_following",
     "paired_rates",
     "probe_sections",
