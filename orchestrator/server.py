@@ -392,6 +392,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         # round-robin clients re-resolve the headless Service and reach pods the HPA added.
         ("grpc.max_connection_age_ms", 300_000),
         ("grpc.max_connection_age_grace_ms", 30_000),
+        # gRPC sets SO_REUSEPORT by default: a second orchestrator started on the same port would then
+        # bind too and silently take half the connections. Refuse the port instead (start fails, says so).
+        ("grpc.so_reuseport", 0),
     ]
     try:
         credentials = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
@@ -411,7 +414,10 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
             server,
         )
     address = f"{settings.host}:{settings.port}"
-    bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    try:
+        bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+    except RuntimeError as exc:  # grpc raises RuntimeError when the address cannot be bound
+        raise SystemExit(f"orchestrator: cannot listen on {address} (in use?): {exc}") from None
     await server.start()
     log.info("orchestrator %s listening on %s:%d (%s%s; rules %s, %d corpus prompts; in-flight budget %d MiB, "
              "%d items at once)", __version__, settings.host, bound, "TLS" if credentials else "plaintext",

@@ -23,11 +23,29 @@ BIN = Path(sys.executable).parent
 CLASSES = {"detector": "Detector", "segmenter": "Segmenter", "attributes": "Attributes", "depth": "Depth"}
 
 
+_next_port: list[int] = []
+
+
 def free_port() -> int:
-    """An ephemeral port that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port that was free a moment ago, never handed out twice in a test run.
+
+    Ports come from a range per pytest-xdist worker (20000 + 500 x worker index, below the kernel's
+    ephemeral range 32768-60999), counting up: two workers (or two fixtures of one worker) never pick
+    the same port, which kernel-chosen ephemeral ports (bind to port 0, then close) do not guarantee.
+    """
+    if not _next_port:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+        index = int(worker[2:]) if worker[2:].isdigit() else 0
+        _next_port.append(20000 + 500 * (index % 24))
+    while True:
+        port = _next_port[0]
+        _next_port[0] = port + 1 if (port + 1 - 20000) % 500 else port + 1 - 500
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @dataclass
