@@ -33,7 +33,8 @@ def parse_shard(text: str) -> tuple[int, int]:
 
 
 def add_results_args(p: argparse.ArgumentParser) -> None:
-    """``--shard``, ``--retry-errors`` and ``--replace-changed`` (see docs/evaluate.md, Resuming)."""
+    """``--shard``, ``--retry-errors``, ``--replace-changed`` (see docs/evaluate.md, Resuming) and
+    ``--save-perception`` (docs/audit.md)."""
     p.add_argument(
         "--shard", type=parse_shard, default=None, help="only jobs i with i %% N == I, in job order (e.g. 0/4)"
     )
@@ -48,3 +49,21 @@ def add_results_args(p: argparse.ArgumentParser) -> None:
         help="judge images whose file (SHA-256) or prompt changed since their line was written, replacing "
         "their lines (without it such a run is refused)",
     )
+    p.add_argument(
+        "--save-perception",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
+        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
+    )
+
+
+def perception_path(args: argparse.Namespace) -> str | None:
+    """``--save-perception [PATH]``: None when not asked for; the default path next to ``--out``."""
+    if args.save_perception is None:
+        return None
+    from negt2i.perception_file import default_path
+
+    return args.save_perception or str(default_path(args.out))

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from negt2i.cli.common import EXIT_INPUT, add_results_args, parse_device
+from negt2i.cli.common import EXIT_INPUT, add_results_args, parse_device, perception_path
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES
 
 
@@ -63,15 +63,6 @@ def register(sub: Any) -> None:
         action="store_true",
         help="first download the missing weights of the backends this run uses (`make evaluate` does)",
     )
-    p.add_argument(
-        "--save-perception",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="PATH",
-        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
-        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
-    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
@@ -82,15 +73,6 @@ def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
         stage: getattr(args, stage) or args.backend or _env_backend(stage) or DEFAULT_BACKENDS[stage]
         for stage in STAGES
     }
-
-
-def perception_path(args: argparse.Namespace) -> str | None:
-    """``--save-perception [PATH]``: None when not asked for; the default path next to ``--out``."""
-    if args.save_perception is None:
-        return None
-    from negt2i.perception_file import default_path
-
-    return args.save_perception or str(default_path(args.out))
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from negt2i.cli.common import EXIT_FAILED, EXIT_INPUT, add_results_args
+from negt2i.cli.common import EXIT_FAILED, EXIT_INPUT, add_results_args, perception_path
 
 
 def register(sub: Any) -> None:
@@ -67,21 +67,11 @@ def register(sub: Any) -> None:
     p.add_argument("--token-file", default=os.environ.get("NEGT2I_TOKEN_FILE", ""),
                    help="file holding the bearer token [NEGT2I_TOKEN_FILE; or NEGT2I_TOKEN]")  # fmt: skip
     p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the orchestrator to be SERVING")
-    p.add_argument(
-        "--save-perception",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="PATH",
-        help="also store each judged image's detections and refined masks (RLE), keyed by image, for "
-        "`negt2i audit` (default PATH: OUT with .perception.jsonl)",
-    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from negt2i.cli.evaluate_cmd import perception_path
     from negt2i.client import ClientError, EvaluatorClient, submit
     from negt2i.evaluate import EvaluateError, discover, select_shard
     from negt2i.results import ResultsFileError
