@@ -42,7 +42,6 @@ keeps *both* conditions of a drawn prompt, so the difference keeps the pairing),
 
 from __future__ import annotations
 
-import csv
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -542,12 +541,12 @@ def tables(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]
     return out
 
 
-def _num(v: float | None) -> Any:
-    return "" if v is None else round(100 * v, 4)
-
-
 def write_csvs(report: dict[str, Any], out: Path) -> list[Path]:
-    """``negation_following.csv`` and ``wording_robustness.csv`` (percentages / points; none without probes)."""
+    """``negation_following.csv`` and ``wording_robustness.csv`` (percentages / points; none without probes).
+
+    Written by the report's own CSV writer (``report_csv.write_csv``: rates x 100, blank where undefined)."""
+    from negt2i.metrics.report_csv import write_csv
+
     probes = report.get("probes")
     if not probes:
         return []
@@ -555,96 +554,84 @@ def write_csvs(report: dict[str, Any], out: Path) -> list[Path]:
     nf = [(n, r) for n, m in probes["models"].items() for r in m.get("negation_following", [])]
     if nf:
         path = out / "negation_following.csv"
-        with path.open("w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(
-                [
-                    "model",
-                    "category",
-                    "polarity",
-                    "source_prompts",
-                    "statements",
-                    "evaluated_prompt",
-                    "evaluated_control",
-                    "rate_prompt_pct",
-                    "rate_prompt_ci_low",
-                    "rate_prompt_ci_high",
-                    "rate_control_pct",
-                    "rate_control_ci_low",
-                    "rate_control_ci_high",
-                    "effect_pts",
-                    "effect_ci_low",
-                    "effect_ci_high",
-                ]
-            )
-            for name, r in nf:
-                iv = r["interval"]
-                w.writerow(
-                    [
-                        name,
-                        r["category"],
-                        r["polarity"],
-                        r["prompts"],
-                        r["statements"],
-                        r["evaluated_prompt"],
-                        r["evaluated_control"],
-                        _num(r["rate_prompt"]),
-                        *_pair(iv["rate_prompt"]),
-                        _num(r["rate_control"]),
-                        *_pair(iv["rate_control"]),
-                        _num(r["effect"]),
-                        *_pair(iv["effect"]),
-                    ]
-                )
+        header = [
+            "model",
+            "category",
+            "polarity",
+            "source_prompts",
+            "statements",
+            "evaluated_prompt",
+            "evaluated_control",
+            "rate_prompt_pct",
+            "rate_prompt_ci_low",
+            "rate_prompt_ci_high",
+            "rate_control_pct",
+            "rate_control_ci_low",
+            "rate_control_ci_high",
+            "effect_pts",
+            "effect_ci_low",
+            "effect_ci_high",
+        ]
+        rows = (
+            [
+                name,
+                r["category"],
+                r["polarity"],
+                r["prompts"],
+                r["statements"],
+                r["evaluated_prompt"],
+                r["evaluated_control"],
+                *_with_ci(r, "rate_prompt"),
+                *_with_ci(r, "rate_control"),
+                *_with_ci(r, "effect"),
+            ]
+            for name, r in nf
+        )
+        write_csv(path, header, rows)
         written.append(path)
     wr = [(n, r) for n, m in probes["models"].items() for r in m.get("wording_robustness", [])]
     if wr:
         path = out / "wording_robustness.csv"
-        with path.open("w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(
-                [
-                    "model",
-                    "form",
-                    "scope",
-                    "source_prompts",
-                    "images_form",
-                    "images_original",
-                    "accuracy_form_pct",
-                    "accuracy_form_ci_low",
-                    "accuracy_form_ci_high",
-                    "accuracy_original_pct",
-                    "accuracy_original_ci_low",
-                    "accuracy_original_ci_high",
-                    "difference_pts",
-                    "difference_ci_low",
-                    "difference_ci_high",
-                ]
-            )
-            for name, r in wr:
-                iv = r["interval"]
-                w.writerow(
-                    [
-                        name,
-                        r["form"],
-                        r["scope"],
-                        r["prompts"],
-                        r["images_form"],
-                        r["images_original"],
-                        _num(r["accuracy_form"]),
-                        *_pair(iv["accuracy_form"]),
-                        _num(r["accuracy_original"]),
-                        *_pair(iv["accuracy_original"]),
-                        _num(r["difference"]),
-                        *_pair(iv["difference"]),
-                    ]
-                )
+        header = [
+            "model",
+            "form",
+            "scope",
+            "source_prompts",
+            "images_form",
+            "images_original",
+            "accuracy_form_pct",
+            "accuracy_form_ci_low",
+            "accuracy_form_ci_high",
+            "accuracy_original_pct",
+            "accuracy_original_ci_low",
+            "accuracy_original_ci_high",
+            "difference_pts",
+            "difference_ci_low",
+            "difference_ci_high",
+        ]
+        rows = (
+            [
+                name,
+                r["form"],
+                r["scope"],
+                r["prompts"],
+                r["images_form"],
+                r["images_original"],
+                *_with_ci(r, "accuracy_form"),
+                *_with_ci(r, "accuracy_original"),
+                *_with_ci(r, "difference"),
+            ]
+            for name, r in wr
+        )
+        write_csv(path, header, rows)
         written.append(path)
     return written
 
 
-def _pair(ci: Sequence[float] | None) -> list[Any]:
-    return ["", ""] if ci is None else [_num(ci[0]), _num(ci[1])]
+def _with_ci(r: dict[str, Any], key: str) -> list[Any]:
+    """``r[key]`` and its interval's bounds (None where undefined), as fractions for ``write_csv``."""
+    ci = r["interval"][key]
+    return [r[key], *(ci if ci is not None else (None, None))]
 
 
 __all__ = [
