@@ -379,6 +379,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         retries=settings.retries,
         backoff_s=settings.backoff_s,
         depth_encoding=settings.depth_encoding,
+        bodies=settings.stage_bodies,
         config=config,
     )
     options = [

@@ -64,6 +64,8 @@ class Settings:
     """How often stage readiness is polled."""
     depth_encoding: str = "float16"
     """How the depth stage packs disparity: ``float16`` (half the bytes) or ``float32`` (bit-exact)."""
+    stage_bodies: str = "auto"
+    """Stage call bodies: ``auto`` (binary protobuf to a stage whose ``/info`` lists it, else JSON) or ``json``."""
     max_inflight_bytes: int = 0
     """Global in-flight byte budget of admitted items (``orchestrator.admission``); 0: half the memory limit."""
     max_active: int = 64
@@ -107,6 +109,7 @@ class Settings:
             backoff_s=float(e.get("NEGT2I_BACKOFF_S", d.backoff_s)),
             health_interval_s=float(e.get("NEGT2I_HEALTH_INTERVAL_S", d.health_interval_s)),
             depth_encoding=e.get("NEGT2I_DEPTH_ENCODING", d.depth_encoding),
+            stage_bodies=e.get("NEGT2I_STAGE_BODIES", d.stage_bodies),
             max_inflight_bytes=int(e.get("NEGT2I_MAX_INFLIGHT_BYTES", d.max_inflight_bytes)),
             max_active=int(e.get("NEGT2I_MAX_ACTIVE", d.max_active)),
             max_waiting=int(e.get("NEGT2I_MAX_WAITING", d.max_waiting)),
@@ -137,6 +140,8 @@ class Settings:
         p.add_argument("--call-timeout-s", type=float, default=base.call_timeout_s)
         p.add_argument("--retries", type=int, default=base.retries)
         p.add_argument("--depth-encoding", choices=("float16", "float32"), default=base.depth_encoding)
+        p.add_argument("--stage-bodies", choices=("auto", "json"), default=base.stage_bodies,
+                       help="binary protobuf stage bodies where a stage lists them (auto), or JSON only")  # fmt: skip
         p.add_argument("--max-inflight-bytes", type=int, default=base.max_inflight_bytes)
         p.add_argument("--max-active", type=int, default=base.max_active)
         p.add_argument("--tls-cert", default=base.tls_cert, help="PEM server certificate [NEGT2I_TLS_CERT]")
@@ -165,4 +170,5 @@ class Settings:
             call_timeout_s=a.call_timeout_s,
             retries=a.retries,
             depth_encoding=a.depth_encoding,
+            stage_bodies=a.stage_bodies,
         )

@@ -1,21 +1,32 @@
-"""What the four stage services share: settings, the handler, service options and an ASGI middleware.
+"""What the four stage services share: settings, the handler, the micro-batcher, service options and an
+ASGI middleware.
 
 Each ``services/<stage>/service.py`` is a thin ``@bentoml.service`` over a
 ``negt2i.wire.stage_handlers.StageHandler``: ``__init__`` starts loading (and warming up)
 the model (``StageRuntime``), ``__is_ready__`` keeps BentoML's ``/readyz`` at 503 until then,
-the one API is batchable with adaptive batching, and BentoML serves
-``/livez``, ``/readyz`` and Prometheus ``/metrics``. ``StageHttpMiddleware`` adds
-``GET /info`` and the request size limit (HTTP 413) of the stage contract.
+and BentoML serves ``/livez``, ``/readyz`` and Prometheus ``/metrics``. The one API (JSON bodies)
+and the binary body type (``application/x-protobuf``, answered by ``StageHttpMiddleware``) both hand
+their items to the runtime's ``MicroBatcher``, which merges the items of concurrent requests into one
+model call (at most ``max_batch_size`` items; an idle model waits at most ``max_wait_ms`` for more) and
+admits at most ``max_queue`` items at once: a request beyond that is refused with HTTP 503 at once,
+before anything of it is decoded, so an overload never piles up in memory. ``StageHttpMiddleware`` also
+adds ``GET /info`` and the request size limit (HTTP 413) of the stage contract.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import json
 import logging
 import os
 import threading
-from typing import Any, Final
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.protobuf.message import Message
 
 from negt2i.wire import adapter
 from negt2i.wire.stage_handlers import StageHandler, StageSettings
@@ -25,8 +36,8 @@ log = logging.getLogger("negt2i.services")
 HANDLERS: dict[str, StageHandler] = {}
 """The loaded handler of each stage served by this worker process (read by the middleware)."""
 
-MAX_LATENCY_MS: Final = int(os.environ.get("NEGT2I_MAX_LATENCY_MS", "60000"))
-"""BentoML's adaptive-batching latency budget; requests predicted to exceed it get HTTP 503."""
+RUNTIMES: dict[str, StageRuntime] = {}
+"""The runtime of each stage served by this worker process (read by the middleware's binary route)."""
 
 
 def service_options(settings: StageSettings) -> dict[str, Any]:
@@ -55,8 +66,137 @@ def load_handler(settings: StageSettings) -> StageHandler:
     return handler
 
 
+class Overloaded(Exception):
+    """The micro-batcher holds ``max_queue`` items already: the request is refused (HTTP 503)."""
+
+
+class MicroBatcher:
+    """Merges the items of concurrent requests into one model call, on one thread that owns the model.
+
+    ``run(inputs)`` is called with at most ``max_batch_size`` inputs, from any number of requests, and
+    returns one output per input (``StageHandler.run``: an exception object for an input that failed).
+    When the model is idle the first waiting item waits at most ``max_wait_ms`` for others to join it;
+    while the model runs, items queue and the next call takes them at once. ``admit(n)`` reserves room
+    for a request's ``n`` items before anything of the request is decoded; with ``max_queue`` items
+    admitted, it raises ``Overloaded`` (the request is refused, nothing waits on it).
+    """
+
+    def __init__(
+        self,
+        run: Callable[[list[Any]], list[Any]],
+        *,
+        max_batch_size: int,
+        max_wait_ms: float,
+        max_queue: int,
+        name: str = "batcher",
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        if max_batch_size < 1 or max_queue < 1 or max_wait_ms < 0:
+            raise ValueError("max_batch_size and max_queue must be at least 1, max_wait_ms at least 0")
+        self.run = run
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_ms / 1000.0
+        self.max_queue = max_queue
+        self.on_batch = on_batch
+        self.calls = 0
+        """Model calls so far."""
+        self.items = 0
+        """Items through the model so far."""
+        self.refused = 0
+        """Requests refused as overload so far."""
+        self._admitted = 0
+        self._pending: collections.deque[tuple[float, Any, concurrent.futures.Future[Any]]] = collections.deque()
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+        self._thread.start()
+
+    def admit(self, n: int) -> None:
+        """Reserve room for ``n`` items (release it with ``release``); ``Overloaded`` when there is none."""
+        with self._cond:
+            if self._admitted + n > self.max_queue:
+                self.refused += 1
+                raise Overloaded(
+                    f"overloaded: {self._admitted} items in progress, {n} more would pass the limit of "
+                    f"{self.max_queue}; retry with backoff"
+                )
+            self._admitted += n
+
+    def release(self, n: int) -> None:
+        """Give back the room of ``n`` admitted items."""
+        with self._cond:
+            self._admitted -= n
+
+    def submit(self, inputs: Sequence[Any]) -> list[concurrent.futures.Future[Any]]:
+        """Queue admitted inputs; one future per input, resolved with its output."""
+        futures: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in inputs]
+        now = time.monotonic()
+        with self._cond:
+            self._pending.extend((now, x, f) for x, f in zip(inputs, futures, strict=True))
+            self._cond.notify()
+        return futures
+
+    async def process(self, inputs: Sequence[Any]) -> list[Any]:
+        """``submit`` and wait for the outputs without blocking the event loop."""
+        if not inputs:
+            return []
+        return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in self.submit(inputs))))
+
+    def _take(self) -> list[tuple[float, Any, concurrent.futures.Future[Any]]]:
+        with self._cond:
+            while not self._pending:
+                self._cond.wait()
+            deadline = self._pending[0][0] + self.max_wait_s
+            while len(self._pending) < self.max_batch_size:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            n = min(len(self._pending), self.max_batch_size)
+            return [self._pending.popleft() for _ in range(n)]
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._take()
+            try:
+                outs = self.run([x for _, x, _ in batch])
+                if len(outs) != len(batch):
+                    raise RuntimeError(f"{len(outs)} outputs for {len(batch)} inputs")
+            except BaseException as exc:  # run() answers per item; this is a bug, reported to every waiter
+                log.exception("model batch failed")
+                outs = [exc] * len(batch)
+            self.calls += 1
+            self.items += len(batch)
+            if self.on_batch is not None:
+                try:
+                    self.on_batch(len(batch))
+                except Exception:
+                    log.exception("batch metrics failed")
+            for (_, _, fut), out in zip(batch, outs, strict=True):
+                fut.set_result(out)
+
+
+class _Metrics:
+    """Prometheus metrics of the micro-batcher, on BentoML's ``/metrics``."""
+
+    def __init__(self, stage: str) -> None:
+        from prometheus_client import Counter
+
+        self.stage = stage
+        self.calls = Counter("negt2i_stage_model_calls", "Model calls of the stage (merged batches)", ["stage"])
+        self.items = Counter("negt2i_stage_model_items", "Items through the stage's model", ["stage"])
+        self.refused = Counter("negt2i_stage_refused_requests", "Requests refused as overload (503)", ["stage"])
+
+    def batch(self, n: int) -> None:
+        self.calls.labels(self.stage).inc()
+        self.items.labels(self.stage).inc(n)
+
+    def refuse(self) -> None:
+        self.refused.labels(self.stage).inc()
+
+
 class StageRuntime:
-    """The model of one service, loaded (and warmed up) on a thread started by the service's ``__init__``.
+    """The model of one service, loaded (and warmed up) on a thread started by the service's ``__init__``,
+    and its ``MicroBatcher``.
 
     The HTTP server answers from the start: ``/livez`` 200, ``/readyz`` and ``/info`` 503 until the model
     is loaded, the stage API 503 ("loading") too. A load that fails turns ``/livez`` to 503, so that the
@@ -66,14 +206,30 @@ class StageRuntime:
     def __init__(self, settings: StageSettings) -> None:
         self.settings = settings
         self.handler: StageHandler | None = None
+        self.batcher: MicroBatcher | None = None
         self.error: BaseException | None = None
+        self._metrics: _Metrics | None = None
+        try:
+            self._metrics = _Metrics(settings.stage)
+        except Exception:  # metrics are optional (e.g. registered twice in one process)
+            log.warning("%s: batch metrics unavailable", settings.stage, exc_info=True)
+        RUNTIMES[settings.stage] = self
         self._thread = threading.Thread(target=self._load, name=f"load-{settings.stage}", daemon=True)
         self._thread.start()
 
     def _load(self) -> None:
         try:
-            self.handler = load_handler(self.settings)
-            log.info("%s: %s loaded", self.settings.stage, self.handler.model_info.model)
+            handler = load_handler(self.settings)
+            self.batcher = MicroBatcher(
+                handler.run,
+                max_batch_size=self.settings.max_batch_size,
+                max_wait_ms=self.settings.max_wait_ms,
+                max_queue=self.settings.max_queue,
+                name=f"model-{self.settings.stage}",
+                on_batch=self._metrics.batch if self._metrics else None,
+            )
+            self.handler = handler
+            log.info("%s: %s loaded", self.settings.stage, handler.model_info.model)
         except BaseException as exc:
             self.error = exc
             log.exception("%s: loading backend %r failed", self.settings.stage, self.settings.backend)
@@ -86,24 +242,63 @@ class StageRuntime:
         """False once loading failed."""
         return self.error is None
 
-    def handle(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The stage API; HTTP 503 while the model is loading (or failed to load)."""
-        if self.handler is None or not self.handler.ready:
-            from bentoml.exceptions import ServiceUnavailable
+    def unavailable(self) -> str:
+        """Why the stage cannot answer now (empty when it can)."""
+        if self.handler is None or self.batcher is None or not self.handler.ready:
+            return f"the {self.settings.stage} model " + (
+                f"failed to load: {self.error}" if self.error else "is loading"
+            )
+        return ""
 
-            state = f"failed to load: {self.error}" if self.error else "is loading"
-            raise ServiceUnavailable(f"the {self.settings.stage} model {state}")
-        return self.handler.handle(items)
+    async def serve(self, items: Sequence[Any]) -> list[Message]:
+        """One result message per item (JSON mapping or item message): admitted (or ``Overloaded``), decoded
+        on a worker thread, run through the model merged with other requests' items, packed on a worker
+        thread. Raises ``RuntimeError`` while the model is not loaded."""
+        why = self.unavailable()
+        if why:
+            raise RuntimeError(why)
+        handler, batcher = self.handler, self.batcher
+        assert handler is not None and batcher is not None
+        n = len(items)
+        try:
+            batcher.admit(n)
+        except Overloaded:
+            if self._metrics is not None:
+                self._metrics.refuse()
+            raise
+        try:
+            prepared = await asyncio.to_thread(handler.prepare, items)
+            outputs = await batcher.process([p.input for p in prepared if p.failure is None])
+            return await asyncio.to_thread(handler.pack, prepared, outputs)
+        finally:
+            batcher.release(n)
+
+    async def handle(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The stage API (JSON bodies): HTTP 503 while the model is loading (or failed to load) and when the
+        service is overloaded."""
+        from bentoml.exceptions import ServiceUnavailable
+
+        try:
+            results = await self.serve(items)
+        except (RuntimeError, Overloaded) as exc:
+            raise ServiceUnavailable(str(exc)) from None
+        return await asyncio.to_thread(lambda: [adapter.to_json(m) for m in results])
 
 
 class StageHttpMiddleware:
-    """ASGI middleware: ``GET /info`` (503 until the model is loaded), the request body limit (413/411) and
-    the body read timeout (408): a POST body is read in full within ``body_timeout_s`` before the app sees
-    the request, so a slow or stalled client is dropped instead of holding a worker."""
+    """ASGI middleware: ``GET /info`` (503 until the model is loaded), the request body limit (413/411), the
+    body read timeout (408: a POST body is read in full within ``body_timeout_s`` before the app sees the
+    request, so a slow or stalled client is dropped instead of holding a worker) and the binary body type
+    of the stage route (``application/x-protobuf``: a ``<Stage>Request`` answered with a
+    ``<Stage>Response``, through the same ``StageRuntime`` as JSON bodies); other body types get 415."""
 
     def __init__(self, app: Any, *, stage: str, max_request_bytes: int, body_timeout_s: float = 30.0) -> None:
+        from negt2i.wire.stage_table import spec
+
         self.app = app
         self.stage = stage
+        self.spec = spec(stage)
+        self.route = f"/{self.spec.route}"
         self.max_request_bytes = max_request_bytes
         self.body_timeout_s = body_timeout_s
 
@@ -117,10 +312,18 @@ class StageHttpMiddleware:
             if handler is None:
                 await _send_json(send, 503, {"error": f"the {self.stage} model is not loaded yet"})
             else:
-                await _send_json(send, 200, adapter.to_json(handler.info()))
+                info = handler.info()
+                info.content_types.append(adapter.PROTOBUF_TYPE)
+                await _send_json(send, 200, adapter.to_json(info))
             return
         if method == "POST":
             headers = dict(scope.get("headers") or [])
+            ctype = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
+            binary = path == self.route and ctype == adapter.PROTOBUF_TYPE
+            if path == self.route and ctype and ctype not in (adapter.JSON_TYPE, adapter.PROTOBUF_TYPE):
+                await _send_json(send, 415, {"error": f"content type {ctype!r} is not accepted: send "
+                                                      f"{adapter.JSON_TYPE} or {adapter.PROTOBUF_TYPE}"})  # fmt: skip
+                return
             length = headers.get(b"content-length")
             if length is None:
                 await _send_json(send, 411, {"error": "a Content-Length header is required"})
@@ -147,9 +350,44 @@ class StageHttpMiddleware:
                 return
             except _Disconnected:
                 return
+            if binary:
+                await self._binary(body, send)
+                return
             await self.app(scope, _replay(body, receive), send)
             return
         await self.app(scope, receive, send)
+
+    async def _binary(self, body: bytes, send: Any) -> None:
+        """A binary request: parsed on a worker thread (400 when it is not a ``<Stage>Request``), served by the
+        runtime (503 while loading or overloaded), answered with the binary ``<Stage>Response``."""
+        runtime = RUNTIMES.get(self.stage)
+        why = runtime.unavailable() if runtime is not None else f"the {self.stage} model is loading"
+        if runtime is None or why:
+            await _send_json(send, 503, {"error": why})
+            return
+        try:
+            request = await asyncio.to_thread(adapter.from_binary, body, self.spec.request)
+        except adapter.WireError as exc:
+            await _send_json(send, 400, {"error": str(exc)})
+            return
+        try:
+            results = await runtime.serve(list(request.items))  # type: ignore[attr-defined]
+        except (RuntimeError, Overloaded) as exc:
+            await _send_json(send, 503, {"error": str(exc)})
+            return
+        response = self.spec.response
+        payload = await asyncio.to_thread(lambda: response(results=results).SerializeToString())
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", adapter.PROTOBUF_TYPE.encode()),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
 
 
 class _Disconnected(Exception):

@@ -82,6 +82,47 @@ def from_json(data: Any, cls: type[M], *, field: str = "") -> M:
         raise WireError(str(exc), field=field) from None
 
 
+JSON_TYPE: Final = "application/json"
+"""The stage contract's body type every stage service accepts (the proto3 JSON mapping)."""
+
+PROTOBUF_TYPE: Final = "application/x-protobuf"
+"""The binary body type a stage service may accept (``StageInfo.content_types``): the stage's request and
+response messages (``negt2i.wire.stage_table``: ``StageSpec.request`` / ``response``) in the protobuf wire format."""
+
+
+def from_binary(data: bytes, cls: type[M], *, field: str = "") -> M:
+    """Parse the protobuf wire format into ``cls``; malformed bytes raise ``WireError``. Unknown fields are kept
+    (check them per item with ``check_known_fields``, so that one item with an unknown field fails alone)."""
+    try:
+        return cls.FromString(data)
+    except Exception as exc:  # DecodeError, and upb's RuntimeError / ValueError on some malformed inputs
+        raise WireError(f"not a binary {cls.DESCRIPTOR.full_name} ({type(exc).__name__})", field=field) from None
+
+
+def check_known_fields(msg: Message, *, field: str = "") -> None:
+    """Raise ``WireError`` if ``msg`` (or a message inside it) carries fields its schema does not know: the
+    binary transport's equivalent of the JSON mapping refusing unknown fields (``from_json``)."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    stack: list[tuple[Message, str]] = [(msg, field)]
+    while stack:
+        m, where = stack.pop()
+        unknown = UnknownFieldSet(m)
+        if len(unknown):
+            numbers = sorted({unknown[i].field_number for i in range(len(unknown))})
+            raise WireError(
+                f"unknown field number {numbers[0]} in {m.DESCRIPTOR.full_name}", field=where or m.DESCRIPTOR.name
+            )
+        for fd, value in m.ListFields():
+            if fd.message_type is None or fd.message_type.GetOptions().map_entry:
+                continue
+            name = f"{where}.{fd.name}" if where else fd.name
+            if fd.is_repeated:
+                stack.extend((v, f"{name}[{i}]") for i, v in enumerate(value))
+            else:
+                stack.append((value, name))
+
+
 class StageItemError(WireError):
     """A stage reported that one item failed: ``status`` 400 (its inputs) or 500 (the model)."""
 

@@ -1,13 +1,21 @@
-"""Transport-free handlers of the stage contract: JSON items in, JSON results out.
+"""Transport-free handlers of the stage contract: items in (JSON mapping or messages), results out.
 
 A BentoML service (``services/<stage>/service.py``) is a thin shell over one of
-these: it owns the HTTP side (routes, adaptive batching, readiness, metrics),
-the handler owns the contract (``docs/stage-contract.md``): parsing each item
-with the proto3 JSON mapping, decoding images, calling the stage backend once
-per merged batch, and packing results. One bad item never fails its batch: it
-gets a result whose ``error`` says why (status 400 for its inputs, 500 when the
-model failed on it), and the batch is retried item by item when the backend
-raises on the whole batch.
+these: it owns the HTTP side (routes, both body types, the micro-batcher that
+merges concurrent requests, readiness, metrics), the handler owns the contract
+(``docs/stage-contract.md``) in three steps:
+
+1. ``prepare``: parse each item (the proto3 JSON mapping, or a binary message
+   checked for unknown fields), check its limits, decode its image and masks;
+2. ``run``: one backend call for the model inputs of many items, from any
+   number of requests (detector ``detect``, segmenter ``refine_batch``,
+   attribute scorer ``score_batch``, depth ``disparity``: each batched across
+   images);
+3. ``pack``: one result message per item.
+
+One bad item never fails its batch: it gets a result whose ``error`` says why
+(status 400 for its inputs, 500 when the model failed on it), and a batch is
+retried item by item when the backend raises on the whole batch.
 
 No BentoML, torch or grpc import here; backends come from the stage registry.
 """
@@ -36,6 +44,12 @@ DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 DEFAULT_MAX_BATCH_SIZE: Final = 16
 """Most items a stage runs through its model at once by default."""
 
+DEFAULT_MAX_WAIT_MS: Final = 10.0
+"""How long an idle stage waits for more items to merge into a batch, from the first item's arrival."""
+
+DEFAULT_MAX_QUEUE: Final = 64
+"""Most items a stage service holds at once (being decoded, waiting for the model, in it); more: HTTP 503."""
+
 
 @dataclass(frozen=True)
 class StageSettings:
@@ -53,11 +67,16 @@ class StageSettings:
     limits: ItemLimits = field(default_factory=ItemLimits)
     """Per-item limits (``negt2i.wire.limits``)."""
     dtype: str = "fp32"
+    max_wait_ms: float = DEFAULT_MAX_WAIT_MS
+    """Micro-batching: wait at most this long for more items when the model is idle (``NEGT2I_MAX_WAIT_MS``)."""
+    max_queue: int = DEFAULT_MAX_QUEUE
+    """Micro-batching: most items admitted at once; a request beyond it is refused with 503 (``NEGT2I_MAX_QUEUE``)."""
 
     @classmethod
     def from_env(cls, stage: str, env: dict[str, str] | None = None) -> StageSettings:
         """``NEGT2I_<STAGE>_BACKEND``, ``NEGT2I_DEVICE``, ``NEGT2I_WEIGHTS_DIR``, ``NEGT2I_MAX_PIXELS``,
-        ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE``, ``NEGT2I_RULES`` (and ``NEGT2I_BACKEND_MODULES``:
+        ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE``, ``NEGT2I_MAX_WAIT_MS``, ``NEGT2I_MAX_QUEUE``,
+        ``NEGT2I_RULES`` (and ``NEGT2I_BACKEND_MODULES``:
         modules imported before the backend is built, to register more backends), ``NEGT2I_DTYPE`` (``fp32``,
         ``bf16``, ``fp16``, or ``stage=dtype`` pairs as ``negt2i evaluate --dtype``)."""
         if stage not in STAGES:
@@ -74,6 +93,8 @@ class StageSettings:
             rules=e.get("NEGT2I_RULES") or "current",
             limits=ItemLimits.from_env(e),
             dtype=parse_dtypes(e.get("NEGT2I_DTYPE", "fp32"), STAGES)[stage],
+            max_wait_ms=float(e.get("NEGT2I_MAX_WAIT_MS", DEFAULT_MAX_WAIT_MS)),
+            max_queue=int(e.get("NEGT2I_MAX_QUEUE", DEFAULT_MAX_QUEUE)),
         )
 
 
@@ -90,6 +111,15 @@ def _create_backend(settings: StageSettings) -> Any:
     return create(settings.stage, settings.backend, **options)
 
 
+@dataclass
+class Prepared:
+    """One item after ``StageHandler.prepare``: its parsed message and model input, or its failure result."""
+
+    msg: Message | None
+    input: Any = None
+    failure: Message | None = None
+
+
 class StageHandler:
     """Loads one stage backend and answers its contract's items."""
 
@@ -100,12 +130,14 @@ class StageHandler:
         self.route = self.spec.route
         self.backend = backend if backend is not None else _create_backend(settings)
         self.ready = False
-        self._handlers: dict[str, Callable[[Sequence[Any]], list[Message]]] = {
-            "detector": self._detect,
-            "segmenter": self._segment,
-            "attributes": self._attributes,
-            "depth": self._depth,
+        steps: dict[str, tuple[Callable[[Any], Any], Callable[[list[Any]], list[Any]], Callable[[Any, Any], Message]]]
+        steps = {
+            "detector": (self._detect_prepare, self._detect_run, self._detect_pack),
+            "segmenter": (self._segment_prepare, self._segment_run, self._segment_pack),
+            "attributes": (self._attributes_prepare, self._attributes_run, self._attributes_pack),
+            "depth": (self._depth_prepare, self._depth_run, self._depth_pack),
         }
+        self._prepare_one, self._run_batch, self._pack_one = steps[self.stage]
 
     @property
     def model_info(self) -> ModelInfo:
@@ -128,7 +160,7 @@ class StageHandler:
         self.ready = True
 
     def info(self) -> stages_pb2.StageInfo:
-        """What ``GET /info`` answers."""
+        """What ``GET /info`` answers (the service adds the body types it accepts besides JSON)."""
         return stages_pb2.StageInfo(
             contract=adapter.CONTRACT,
             model=adapter.model_info_to_proto(self.model_info),
@@ -146,72 +178,94 @@ class StageHandler:
             ready=self.ready,
         )
 
-    # ------------------------------------------------------------------ dispatch
+    # ------------------------------------------------------------------ the three steps
 
     def handle(self, items: Sequence[Any]) -> list[dict[str, Any]]:
-        """One JSON result per JSON item, in order."""
-        handler = self._handlers[self.stage]
-        digest = self.model_info.digest()
-        out: list[dict[str, Any]] = []
-        for m in handler(items):
-            if not m.HasField("error"):
-                m.model_digest = digest  # type: ignore[attr-defined]
-            out.append(adapter.to_json(m))
+        """One JSON result per item (JSON mapping or message), in order: ``prepare``, ``run``, ``pack``."""
+        return [adapter.to_json(m) for m in self.handle_messages(items)]
+
+    def handle_messages(self, items: Sequence[Any]) -> list[Message]:
+        """One result message per item, in order, with no other request merged in."""
+        prepared = self.prepare(items)
+        return self.pack(prepared, self.run([p.input for p in prepared if p.failure is None]))
+
+    def prepare(self, items: Sequence[Any]) -> list[Prepared]:
+        """Parse and check each item (a dict in the JSON mapping, or an item message from a binary body) and
+        decode its inputs; an item that fails gets its failure result instead."""
+        out: list[Prepared] = []
+        for i, raw in enumerate(items):
+            msg: Message | None = None
+            try:
+                if isinstance(raw, self.spec.item):
+                    msg = raw
+                    adapter.check_known_fields(msg, field=f"items[{i}]")
+                else:
+                    msg = adapter.from_json(raw, self.spec.item, field=f"items[{i}]")
+                out.append(Prepared(msg, self._prepare_one(msg)))
+            except Exception as exc:
+                out.append(Prepared(msg, failure=self.spec.result(error=adapter.item_failure(exc))))
         return out
+
+    def run(self, inputs: list[Any]) -> list[Any]:
+        """The model on many items' inputs in one backend call: one output per input, or the exception that
+        input failed with. When the call raises, each input is run alone, so a failing item fails alone."""
+        if not inputs:
+            return []
+        try:
+            outs = list(self._run_batch(inputs))
+            if len(outs) != len(inputs):
+                raise RuntimeError(f"backend returned {len(outs)} results for {len(inputs)} items")
+            return outs
+        except Exception:
+            if len(inputs) == 1:
+                return [self._run_alone(inputs[0])]
+            return [self._run_alone(x) for x in inputs]
+
+    def _run_alone(self, x: Any) -> Any:
+        try:
+            out = list(self._run_batch([x]))
+            if len(out) != 1:
+                raise RuntimeError(f"backend returned {len(out)} results for 1 item")
+            return out[0]
+        except Exception as exc:
+            return exc
+
+    def pack(self, prepared: Sequence[Prepared], outputs: Sequence[Any]) -> list[Message]:
+        """One result message per prepared item: ``outputs`` are ``run``'s, for the items that have no failure,
+        in order. Results that are not errors carry the model's digest."""
+        digest = self.model_info.digest()
+        outs = iter(outputs)
+        results: list[Message] = []
+        for p in prepared:
+            if p.failure is not None:
+                results.append(p.failure)
+                continue
+            out = next(outs)
+            try:
+                if isinstance(out, BaseException):
+                    raise out
+                result = self._pack_one(p.msg, out)
+                result.model_digest = digest  # type: ignore[attr-defined]
+            except Exception as exc:
+                result = self.spec.result(error=adapter.item_failure(exc))
+            results.append(result)
+        return results
 
     def _image(self, msg: common_pb2.Image, field: str = "image") -> Image:
         return adapter.decode_image(msg.data, max_pixels=self.settings.max_pixels, field=field)
 
-    def _batched(
-        self,
-        items: Sequence[Any],
-        *,
-        item_cls: type[Any],
-        prepare: Callable[[Any], Any],
-        run: Callable[[list[Any]], list[Any]],
-        pack: Callable[[Any, Any], Message],
-        result_cls: type[Any],
-    ) -> list[Message]:
-        """Parse + prepare each item, run the valid ones as one batch (item by item if it raises), pack."""
-        results: list[Message | None] = [None] * len(items)
-        prepared: list[tuple[int, Any, Any]] = []
-        for i, raw in enumerate(items):
-            try:
-                msg = adapter.from_json(raw, item_cls, field=f"items[{i}]")
-                prepared.append((i, msg, prepare(msg)))
-            except Exception as exc:
-                results[i] = result_cls(error=adapter.item_failure(exc))
-        if prepared:
-            try:
-                outs = run([p for _, _, p in prepared])
-                if len(outs) != len(prepared):
-                    raise RuntimeError(f"backend returned {len(outs)} results for {len(prepared)} items")
-            except Exception:
-                outs = []
-                for _, _, p in prepared:
-                    try:
-                        outs.append(run([p])[0])
-                    except Exception as exc:
-                        outs.append(exc)
-            for (i, msg, _), out in zip(prepared, outs, strict=True):
-                if isinstance(out, BaseException):
-                    results[i] = result_cls(error=adapter.item_failure(out))
-                    continue
-                try:
-                    results[i] = pack(msg, out)
-                except Exception as exc:
-                    results[i] = result_cls(error=adapter.item_failure(exc))
-        return [r for r in results if r is not None]
+    # ------------------------------------------------------------------ detector
 
-    def _detect(self, items: Sequence[Any]) -> list[Message]:
-        return self._batched(
-            items,
-            item_cls=self.spec.item,
-            prepare=lambda m: self._image(m.image),
-            run=self.backend.detect,
-            pack=lambda _m, det: adapter.detections_to_proto(det),
-            result_cls=self.spec.result,
-        )
+    def _detect_prepare(self, msg: stages_pb2.DetectItem) -> Image:
+        return self._image(msg.image)
+
+    def _detect_run(self, images: list[Image]) -> list[Any]:
+        return list(self.backend.detect(images))
+
+    def _detect_pack(self, _msg: stages_pb2.DetectItem, det: Any) -> Message:
+        return adapter.detections_to_proto(det)
+
+    # ------------------------------------------------------------------ segmenter
 
     def _segment_prepare(self, msg: stages_pb2.SegmentItem) -> tuple[Image, Any, Any]:
         limits = self.settings.limits
@@ -227,18 +281,16 @@ class StageHandler:
         refs = adapter.masks_from_proto(list(msg.reference_masks), hw, field="reference_masks")
         return image, boxes, refs
 
-    def _segment(self, items: Sequence[Any]) -> list[Message]:
-        def run(batch: list[tuple[Image, Any, Any]]) -> list[Any]:
-            return [self.backend.refine(image, boxes, refs) for image, boxes, refs in batch]
+    def _segment_run(self, batch: list[tuple[Image, Any, Any]]) -> list[Any]:
+        many = getattr(self.backend, "refine_batch", None)
+        if many is not None:  # SAM 2: the images encoded together (SAM2Segmenter.refine_batch)
+            return list(many(batch))
+        return [self.backend.refine(image, boxes, refs) for image, boxes, refs in batch]
 
-        return self._batched(
-            items,
-            item_cls=self.spec.item,
-            prepare=self._segment_prepare,
-            run=run,
-            pack=lambda _m, masks: adapter.masks_to_segment_result(np.asarray(masks, dtype=bool)),
-            result_cls=self.spec.result,
-        )
+    def _segment_pack(self, _msg: stages_pb2.SegmentItem, masks: Any) -> Message:
+        return adapter.masks_to_segment_result(np.asarray(masks, dtype=bool))
+
+    # ------------------------------------------------------------------ attributes
 
     def _attributes_prepare(self, msg: stages_pb2.AttributesItem) -> tuple[Image, Any, list[str], list[str]]:
         limits = self.settings.limits
@@ -260,32 +312,23 @@ class StageHandler:
         masks = adapter.masks_from_proto(list(msg.masks), hw, field="masks")
         return image, masks, list(msg.class_names), list(msg.answers)
 
-    def _attributes(self, items: Sequence[Any]) -> list[Message]:
-        def run(batch: list[tuple[Image, Any, list[str], list[str]]]) -> list[Any]:
-            return [self.backend.score(image, masks, names, answers) for image, masks, names, answers in batch]
+    def _attributes_run(self, batch: list[tuple[Image, Any, list[str], list[str]]]) -> list[Any]:
+        many = getattr(self.backend, "score_batch", None)
+        if many is not None:  # SigLIP 2: the crops of all items through the image tower together
+            return list(many(batch))
+        return [self.backend.score(image, masks, names, answers) for image, masks, names, answers in batch]
 
-        return self._batched(
-            items,
-            item_cls=self.spec.item,
-            prepare=self._attributes_prepare,
-            run=run,
-            pack=lambda _m, scores: adapter.scores_to_attributes_result(np.asarray(scores, dtype=np.float32)),
-            result_cls=self.spec.result,
-        )
+    def _attributes_pack(self, _msg: stages_pb2.AttributesItem, scores: Any) -> Message:
+        return adapter.scores_to_attributes_result(np.asarray(scores, dtype=np.float32))
+
+    # ------------------------------------------------------------------ depth
 
     def _depth_prepare(self, msg: stages_pb2.DepthItem) -> Image:
         self.settings.limits.check_depth_encoding(msg.encoding)
         return self._image(msg.image)
 
-    def _depth(self, items: Sequence[Any]) -> list[Message]:
-        def pack(msg: stages_pb2.DepthItem, disparity: Any) -> Message:
-            return stages_pb2.DepthResult(disparity=adapter.depth_to_proto(disparity, msg.encoding))
+    def _depth_run(self, images: list[Image]) -> list[Any]:
+        return list(self.backend.disparity(images))  # images of equal size share a forward pass
 
-        return self._batched(
-            items,
-            item_cls=self.spec.item,
-            prepare=self._depth_prepare,
-            run=self.backend.disparity,
-            pack=pack,
-            result_cls=self.spec.result,
-        )
+    def _depth_pack(self, msg: stages_pb2.DepthItem, disparity: Any) -> Message:
+        return stages_pb2.DepthResult(disparity=adapter.depth_to_proto(disparity, msg.encoding))

@@ -39,6 +39,10 @@ class StageSpec:
     """The backend method of the stage's protocol (``negt2i.stages.base``)."""
     probe: Probe
     """A valid item for an image (warm-up, conformance)."""
+    request: type[Message]
+    """The binary body of the route (``application/x-protobuf``): ``repeated <item> items = 1``."""
+    response: type[Message]
+    """The binary answer of the route: ``repeated <result> results = 1``."""
 
 
 def _detect_probe(png: bytes, masks: Any, boxes: Any, names: Sequence[str]) -> Message:
@@ -60,8 +64,26 @@ def _depth_probe(png: bytes, masks: Any, boxes: Any, names: Sequence[str]) -> Me
 STAGE_TABLE: Final[dict[str, StageSpec]] = {
     s.name: s
     for s in (
-        StageSpec("detector", "detect", stages_pb2.DetectItem, stages_pb2.DetectResult, "detect", _detect_probe),
-        StageSpec("segmenter", "segment", stages_pb2.SegmentItem, stages_pb2.SegmentResult, "refine", _segment_probe),
+        StageSpec(
+            "detector",
+            "detect",
+            stages_pb2.DetectItem,
+            stages_pb2.DetectResult,
+            "detect",
+            _detect_probe,
+            stages_pb2.DetectRequest,
+            stages_pb2.DetectResponse,
+        ),
+        StageSpec(
+            "segmenter",
+            "segment",
+            stages_pb2.SegmentItem,
+            stages_pb2.SegmentResult,
+            "refine",
+            _segment_probe,
+            stages_pb2.SegmentRequest,
+            stages_pb2.SegmentResponse,
+        ),
         StageSpec(
             "attributes",
             "attributes",
@@ -69,8 +91,19 @@ STAGE_TABLE: Final[dict[str, StageSpec]] = {
             stages_pb2.AttributesResult,
             "score",
             _attributes_probe,
+            stages_pb2.AttributesRequest,
+            stages_pb2.AttributesResponse,
         ),
-        StageSpec("depth", "depth", stages_pb2.DepthItem, stages_pb2.DepthResult, "disparity", _depth_probe),
+        StageSpec(
+            "depth",
+            "depth",
+            stages_pb2.DepthItem,
+            stages_pb2.DepthResult,
+            "disparity",
+            _depth_probe,
+            stages_pb2.DepthRequest,
+            stages_pb2.DepthResponse,
+        ),
     )
 }
 """Stage name -> ``StageSpec``, in ``STAGES`` order."""

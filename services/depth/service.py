@@ -1,6 +1,7 @@
 """The depth stage as a BentoML service: ``bentoml serve services.depth.service:Depth``.
 
-POST /depth (batchable, adaptive batching), GET /info, /livez, /readyz, /metrics;
+POST /depth (JSON or binary protobuf bodies; concurrent requests merged into one model call),
+GET /info, /livez, /readyz, /metrics;
 the contract is ``docs/stage-contract.md``. The backend is ``NEGT2I_DEPTH_BACKEND``
 (default: the paper's model), loaded once, on a thread started by ``__init__``.
 """
@@ -12,7 +13,7 @@ from typing import Any
 import bentoml
 
 from negt2i.wire.stage_handlers import StageSettings
-from services.common import MAX_LATENCY_MS, StageHttpMiddleware, StageRuntime, service_options
+from services.common import StageHttpMiddleware, StageRuntime, service_options
 
 SETTINGS = StageSettings.from_env("depth")
 
@@ -32,16 +33,10 @@ class Depth:
         """Dead once loading the model failed (BentoML's /livez answers 503)."""
         return self.runtime.alive()
 
-    @bentoml.api(
-        route="/depth",
-        batchable=True,
-        batch_dim=0,
-        max_batch_size=SETTINGS.max_batch_size,
-        max_latency_ms=MAX_LATENCY_MS,
-    )
-    def depth(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    @bentoml.api(route="/depth")
+    async def depth(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Estimate relative disparity; one DepthResult per DepthItem."""
-        return self.runtime.handle(items)
+        return await self.runtime.handle(items)
 
 
 Depth.add_asgi_middleware(

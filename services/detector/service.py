@@ -1,6 +1,7 @@
 """The detector stage as a BentoML service: ``bentoml serve services.detector.service:Detector``.
 
-POST /detect (batchable, adaptive batching), GET /info, /livez, /readyz, /metrics;
+POST /detect (JSON or binary protobuf bodies; concurrent requests merged into one model call),
+GET /info, /livez, /readyz, /metrics;
 the contract is ``docs/stage-contract.md``. The backend is ``NEGT2I_DETECTOR_BACKEND``
 (default: the paper's model), loaded once, on a thread started by ``__init__``.
 """
@@ -12,7 +13,7 @@ from typing import Any
 import bentoml
 
 from negt2i.wire.stage_handlers import StageSettings
-from services.common import MAX_LATENCY_MS, StageHttpMiddleware, StageRuntime, service_options
+from services.common import StageHttpMiddleware, StageRuntime, service_options
 
 SETTINGS = StageSettings.from_env("detector")
 
@@ -32,16 +33,10 @@ class Detector:
         """Dead once loading the model failed (BentoML's /livez answers 503)."""
         return self.runtime.alive()
 
-    @bentoml.api(
-        route="/detect",
-        batchable=True,
-        batch_dim=0,
-        max_batch_size=SETTINGS.max_batch_size,
-        max_latency_ms=MAX_LATENCY_MS,
-    )
-    def detect(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    @bentoml.api(route="/detect")
+    async def detect(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Detect COCO objects with instance masks; one DetectResult per DetectItem."""
-        return self.runtime.handle(items)
+        return await self.runtime.handle(items)
 
 
 Detector.add_asgi_middleware(

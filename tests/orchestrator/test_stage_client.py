@@ -235,3 +235,99 @@ def test_invalid_info_is_refused_with_unavailable(info, needle):
         asyncio.run(run())
     assert err.value.code == "UNAVAILABLE" and err.value.rule == "stage-info" and needle in err.value.message
     assert not posts  # never called
+
+
+# --------------------------------------------------------------------------- body types (JSON, binary protobuf)
+
+RESULT_MSG = adapter.detections_to_proto(SyntheticDetector().detect([IMAGE])[0])
+
+
+def _binary_stage(*, content_types: list[str], refuse_binary: bool = False, extra: bytes = b""):
+    """A detector that lists ``content_types`` in /info and answers each body in its own type (415 for binary
+    when ``refuse_binary``); ``extra`` is appended to the binary result (e.g. an unknown field)."""
+    from negt2i.wire.v1 import stages_pb2
+
+    info, digest = _info_json("m")
+    info["content_types"] = content_types
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/info":
+            return httpx.Response(200, json=info)
+        if request.url.path == "/readyz":
+            return httpx.Response(200)
+        ctype = request.headers["content-type"]
+        seen.append(ctype)
+        result = stages_pb2.DetectResult()
+        result.CopyFrom(RESULT_MSG)
+        result.model_digest = digest
+        if ctype == adapter.PROTOBUF_TYPE:
+            if refuse_binary:
+                return httpx.Response(415, json={"error": "JSON only"})
+            items = stages_pb2.DetectRequest.FromString(request.content).items
+            assert [i.image.data for i in items] == [PNG]  # raw bytes, no base64
+            body = stages_pb2.DetectResponse(results=[result]).SerializeToString()
+            if extra:  # an unknown field inside the result: re-frame results[0] with the extra bytes
+                inner = result.SerializeToString() + extra
+                body = b"\x0a" + _varint(len(inner)) + inner
+            return httpx.Response(200, content=body, headers={"content-type": adapter.PROTOBUF_TYPE})
+        assert ctype == adapter.JSON_TYPE
+        assert json.loads(request.content)["items"][0]["image"]["data"]  # base64 text
+        return httpx.Response(200, json=[adapter.to_json(result)])
+
+    return handler, seen
+
+
+def _varint(n: int) -> bytes:
+    out = b""
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+
+
+def _detect_twice(handler, bodies: str = "auto") -> list:
+    from negt2i.config import CURRENT
+
+    async def run() -> list:
+        stages = _stages(handler, config=CURRENT, bodies=bodies)
+        try:
+            assert await stages.ready("detector")
+            return [(await stages.detect(PNG, (32, 32), time.monotonic() + 5))[0] for _ in range(2)]
+        finally:
+            await stages.close()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("content_types", "refuse", "sent"),
+    [
+        ([adapter.PROTOBUF_TYPE], False, [adapter.PROTOBUF_TYPE] * 2),  # listed in /info: binary bodies
+        ([], False, [adapter.JSON_TYPE] * 2),  # JSON-only (an outside service that implements only JSON)
+        (["application/cbor"], False, [adapter.JSON_TYPE] * 2),  # a type we do not speak: JSON
+        ([adapter.PROTOBUF_TYPE], True, [adapter.PROTOBUF_TYPE, adapter.JSON_TYPE, adapter.JSON_TYPE]),  # 415
+    ],
+)
+def test_binary_bodies_only_where_the_stage_lists_them(content_types, refuse, sent):
+    handler, seen = _binary_stage(content_types=content_types, refuse_binary=refuse)
+    dets = _detect_twice(handler)
+    assert seen == sent
+    for det in dets:  # the same detections whichever body type carried them
+        assert det.class_names == ("cup",) and det.masks.shape == (1, 32, 32)
+        np.testing.assert_array_equal(det.masks, SyntheticDetector().detect([IMAGE])[0].masks)
+
+
+def test_json_bodies_when_told_even_to_a_stage_that_lists_binary():
+    handler, seen = _binary_stage(content_types=[adapter.PROTOBUF_TYPE])
+    _detect_twice(handler, bodies="json")
+    assert seen == [adapter.JSON_TYPE] * 2
+
+
+def test_a_binary_result_with_an_unknown_field_breaks_the_contract():
+    handler, _ = _binary_stage(content_types=[adapter.PROTOBUF_TYPE], extra=b"\x98\x06\x01")  # field 99, varint 1
+    with pytest.raises(StageError) as err:
+        _detect_twice(handler)
+    assert err.value.code == "INTERNAL" and err.value.rule == "result-schema"
+    assert "unknown field number 99" in err.value.message

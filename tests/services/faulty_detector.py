@@ -4,7 +4,11 @@ It "finds" one ``dog`` per image: the central half of the image, score 0.9, its 
 ``--fault NAME`` it breaks exactly one rule of ``docs/stage-contract.md`` (``FAULTS``), so the tests can
 prove that ``negt2i conformance`` catches each violation and passes the correct service.
 
-``python -m tests.services.faulty_detector PORT [--fault NAME]``
+It speaks only the JSON body type (as the contract requires of every stage). With ``--lists-binary`` its
+``/info`` also lists ``application/x-protobuf`` in ``content_types`` although a binary body gets 415 (a
+mis-stated type: the orchestrator must fall back to JSON).
+
+``python -m tests.services.faulty_detector PORT [--fault NAME] [--lists-binary]``
 """
 
 from __future__ import annotations
@@ -98,9 +102,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
     p.add_argument("--fault", choices=sorted(FAULTS), default="")
+    p.add_argument("--lists-binary", action="store_true", help="/info lists application/x-protobuf (answered 415)")
     a = p.parse_args()
     info = _info(a.fault)
     digest = info.pop("digest")
+    if a.lists_binary:
+        info["content_types"] = ["application/x-protobuf"]
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *_: object) -> None:
@@ -127,6 +134,11 @@ def main() -> None:
         def do_POST(self) -> None:
             if self.path != "/detect":
                 self._send(404, {"error": "not found"})
+                return
+            ctype = (self.headers.get("content-type") or "application/json").split(";")[0].strip()
+            if ctype != "application/json":
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self._send(415, {"error": f"content type {ctype!r} is not accepted: JSON only"})
                 return
             length = self.headers.get("content-length")
             if length is None:

@@ -148,34 +148,3 @@ def test_ready_only_after_the_model_is_loaded_and_dead_when_it_cannot_load(live_
     finally:
         slow.kill()
         failing.kill()
-
-
-def _batch_metric(url: str, route: str) -> tuple[float, float]:
-    text = httpx.get(f"{url}/metrics", trust_env=False).text
-    values = {}
-    for kind in ("sum", "count"):
-        for line in text.splitlines():
-            if line.startswith(f"bentoml_service_adaptive_batch_size_{kind}{{") and f'method_name="{route}"' in line:
-                values[kind] = float(line.rsplit(" ", 1)[1])
-    return values.get("sum", 0.0), values.get("count", 0.0)
-
-
-def test_concurrent_requests_are_batched_adaptively(stage_procs: dict[str, Proc]):
-    import asyncio
-
-    from negt2i.conformance import _item, _scene
-
-    url = stage_procs["depth"].url
-    png, masks, boxes = _scene((96, 96))
-    item = _item("depth", png, masks, boxes)
-    before = _batch_metric(url, "depth")
-
-    async def burst() -> set[int]:
-        async with httpx.AsyncClient(trust_env=False) as client:
-            answers = await asyncio.gather(*(client.post(f"{url}/depth", json={"items": [item]}) for _ in range(24)))
-            return {r.status_code for r in answers}
-
-    assert asyncio.run(burst()) == {200}
-    after = _batch_metric(url, "depth")
-    items, batches = after[0] - before[0], after[1] - before[1]
-    assert items == 24 and 1 <= batches < 24  # BentoML merged concurrent requests into model batches

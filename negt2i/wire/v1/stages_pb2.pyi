@@ -8,7 +8,9 @@ Transport: HTTP/1.1 POST with a JSON body in the proto3 JSON mapping of
 the messages below (bytes as base64, field names as written here), so any
 framework can serve a stage. Each endpoint is batched: the body is
 {"items": [<Item>, ...]} and the response a JSON array with one <Result>
-per item, in order. GET /info returns a StageInfo.
+per item, in order. GET /info returns a StageInfo. A service MAY also accept
+binary protobuf bodies (Content-Type application/x-protobuf: a <Stage>Request,
+answered with a <Stage>Response); it says so in StageInfo.content_types.
 """
 
 from collections import abc as _abc
@@ -457,7 +459,7 @@ class StageLimits(_message.Message):
     max_request_bytes: _builtins.int
     """Largest request body in bytes (larger bodies get HTTP 413)."""
     max_batch_size: _builtins.int
-    """Most items the service runs through the model at once (adaptive batching merges requests up to it)."""
+    """Most items the service runs through the model at once (concurrent requests are merged up to it)."""
     max_pixels: _builtins.int
     """Most pixels (H x W) per image (larger images are rejected per item)."""
     max_masks_per_item: _builtins.int
@@ -503,6 +505,7 @@ class StageInfo(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
     READY_FIELD_NUMBER: _builtins.int
+    CONTENT_TYPES_FIELD_NUMBER: _builtins.int
     contract: _builtins.str
     """Contract version, "negt2i.v1"."""
     ready: _builtins.bool
@@ -515,6 +518,13 @@ class StageInfo(_message.Message):
     def limits(self) -> Global___StageLimits:
         """The limits the service enforces."""
 
+    @_builtins.property
+    def content_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Request body types the stage route accepts besides "application/json" (which
+        every service accepts), e.g. "application/x-protobuf": the body is the binary
+        <Stage>Request message and the answer the binary <Stage>Response. Empty: JSON only.
+        """
+
     def __init__(
         self,
         *,
@@ -522,11 +532,204 @@ class StageInfo(_message.Message):
         model: _common_pb2.ModelInfo | None = ...,
         limits: Global___StageLimits | None = ...,
         ready: _builtins.bool = ...,
+        content_types: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["contract", b"contract", "limits", b"limits", "model", b"model", "ready", b"ready"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_types", b"content_types", "contract", b"contract", "limits", b"limits", "model", b"model", "ready", b"ready"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StageInfo: _TypeAlias = StageInfo  # noqa: Y015
+
+@_typing.final
+class DetectRequest(_message.Message):
+    """Binary transport (Content-Type application/x-protobuf) of POST /detect: the request body."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___DetectItem]:
+        """The items, as in the JSON body's "items"."""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___DetectItem] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DetectRequest: _TypeAlias = DetectRequest  # noqa: Y015
+
+@_typing.final
+class DetectResponse(_message.Message):
+    """Binary transport of POST /detect: the response body."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DetectResult]:
+        """One result per item, in the items' order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___DetectResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DetectResponse: _TypeAlias = DetectResponse  # noqa: Y015
+
+@_typing.final
+class SegmentRequest(_message.Message):
+    """Binary transport (Content-Type application/x-protobuf) of POST /segment: the request body."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___SegmentItem]:
+        """The items, as in the JSON body's "items"."""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___SegmentItem] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SegmentRequest: _TypeAlias = SegmentRequest  # noqa: Y015
+
+@_typing.final
+class SegmentResponse(_message.Message):
+    """Binary transport of POST /segment: the response body."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___SegmentResult]:
+        """One result per item, in the items' order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___SegmentResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SegmentResponse: _TypeAlias = SegmentResponse  # noqa: Y015
+
+@_typing.final
+class AttributesRequest(_message.Message):
+    """Binary transport (Content-Type application/x-protobuf) of POST /attributes: the request body."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttributesItem]:
+        """The items, as in the JSON body's "items"."""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___AttributesItem] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttributesRequest: _TypeAlias = AttributesRequest  # noqa: Y015
+
+@_typing.final
+class AttributesResponse(_message.Message):
+    """Binary transport of POST /attributes: the response body."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AttributesResult]:
+        """One result per item, in the items' order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___AttributesResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttributesResponse: _TypeAlias = AttributesResponse  # noqa: Y015
+
+@_typing.final
+class DepthRequest(_message.Message):
+    """Binary transport (Content-Type application/x-protobuf) of POST /depth: the request body."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___DepthItem]:
+        """The items, as in the JSON body's "items"."""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___DepthItem] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DepthRequest: _TypeAlias = DepthRequest  # noqa: Y015
+
+@_typing.final
+class DepthResponse(_message.Message):
+    """Binary transport of POST /depth: the response body."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___DepthResult]:
+        """One result per item, in the items' order."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___DepthResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DepthResponse: _TypeAlias = DepthResponse  # noqa: Y015
