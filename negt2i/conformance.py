@@ -227,6 +227,7 @@ def run_checks(
                 )
             limits["digest"] = adapter.model_info_from_proto(msg.model).digest()
             limits["ready"] = bool(msg.ready)
+            limits["content_types"] = list(msg.content_types)
             return f"{msg.model.backend} / {msg.model.model} on {msg.model.device or '?'}{point}"
 
         def check(result: Any, shape: tuple[int, int], **kw: Any) -> str:
@@ -328,6 +329,25 @@ def run_checks(
             _expect(json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True), "the same item gave two results")
             return "identical"
 
+        def binary() -> str:
+            if adapter.PROTOBUF_TYPE not in limits.get("content_types", []):
+                return "JSON only (/info lists no binary body type)"
+            spec = STAGE_TABLE[stage]
+            json_items = [_item(stage, png, masks, boxes), _item(stage, png2, masks2, boxes2)]
+            items = [adapter.from_json(i, spec.item) for i in json_items]
+            headers = {"content-type": adapter.PROTOBUF_TYPE}
+            r = client.post(route, content=spec.request(items=items).SerializeToString(), headers=headers)
+            _expect(r.status_code == 200, f"a binary body (listed in /info) got HTTP {r.status_code}: {r.text[:200]}")
+            ctype = r.headers.get("content-type", "").split(";")[0].strip()
+            _expect(ctype == adapter.PROTOBUF_TYPE, f"a binary body must be answered in binary, got {ctype!r}")
+            got = list(adapter.from_binary(r.content, spec.response).results)  # type: ignore[attr-defined]
+            _expect(len(got) == 2, f"{len(got)} results for 2 items")
+            want = [adapter.from_json(d, spec.result) for d in results_of(post({"items": json_items}), 2)]
+            _expect(got == want, "the binary answer differs from the JSON answer to the same items")
+            bad = client.post(route, content=b"\x0a\x05oops", headers=headers)
+            _expect(bad.status_code == 400, f"a malformed binary body must get HTTP 400, got {bad.status_code}")
+            return "same results as JSON; malformed body 400"
+
         def metrics() -> str:
             r = client.get(f"{base}/metrics")
             _expect(r.status_code == 200, f"GET /metrics: HTTP {r.status_code}")
@@ -358,6 +378,7 @@ def run_checks(
                 return check(got, hw, encoding=common_pb2.DEPTH_ENCODING_FLOAT32)
 
             run("POST /depth: float32 on request", float32)
+        run(f"POST /{route_path}: binary protobuf body (when /info lists it)", binary)
         run("GET /metrics", metrics)
     return checks
 

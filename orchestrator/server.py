@@ -147,8 +147,8 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             verdict=adapter.verdict_to_proto(verdict),
             stages=[served[s] for s in STAGES if s in served],
         )
-        if request.include_perception:
-            response.perception.CopyFrom(adapter.perception_to_proto(perception))
+        if request.include_perception:  # RLE-encodes every mask: on a worker thread, never on the event loop
+            response.perception.CopyFrom(await asyncio.to_thread(adapter.perception_to_proto, perception))
         return response
 
     async def _admit(self, request: Any, deadline: float) -> Any:

@@ -331,3 +331,72 @@ def test_a_binary_result_with_an_unknown_field_breaks_the_contract():
         _detect_twice(handler)
     assert err.value.code == "INTERNAL" and err.value.rule == "result-schema"
     assert "unknown field number 99" in err.value.message
+
+
+def test_masks_are_encoded_and_decoded_off_the_event_loop(monkeypatch):
+    """RLE decoding of stage answers and encoding of stage items never run on the orchestrator's event loop."""
+    from negt2i import rle
+    from negt2i.config import CURRENT
+    from negt2i.stages.synthetic import SyntheticAttributeScorer, SyntheticSegmenter
+    from negt2i.wire.v1 import stages_pb2
+
+    on_loop: list[tuple[str, bool]] = []
+
+    def watch(name, fn):
+        def wrapped(*args, **kwargs):
+            try:
+                asyncio.get_running_loop()
+                on_loop.append((name, True))
+            except RuntimeError:
+                on_loop.append((name, False))
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(rle, "decode", watch("decode", rle.decode))
+    monkeypatch.setattr(rle, "encode", watch("encode", rle.encode))
+    det = SyntheticDetector().detect([IMAGE])[0]
+    refined = SyntheticSegmenter().refine(IMAGE, det.xyxy, det.masks)
+    scores = SyntheticAttributeScorer().score(IMAGE, det.masks, list(det.class_names), ["red", "blue"])
+    answers = {  # the stage results, encoded before the watch matters
+        "detect": stages_pb2.DetectResponse(results=[RESULT_MSG]),
+        "segment": stages_pb2.SegmentResponse(results=[adapter.masks_to_segment_result(refined)]),
+        "attributes": stages_pb2.AttributesResponse(results=[adapter.scores_to_attributes_result(scores)]),
+    }
+    on_loop.clear()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/readyz":
+            return httpx.Response(200)
+        if request.url.path == "/info":
+            info, _ = _info_json("m")
+            stage = {"3001": "detector", "3002": "segmenter", "3003": "attributes"}.get(str(request.url.port), "")
+            info["model"]["stage"] = stage
+            if stage != "detector":
+                info["model"]["rules"] = _rules(stage)
+                info["model"].pop("operating_point", None)
+            info["content_types"] = [adapter.PROTOBUF_TYPE]
+            return httpx.Response(200, json=info)
+        body = answers[request.url.path.strip("/")].SerializeToString()
+        return httpx.Response(200, content=body, headers={"content-type": adapter.PROTOBUF_TYPE})
+
+    async def run() -> None:
+        stages = _stages(handler, config=CURRENT)
+        try:
+            deadline = time.monotonic() + 5
+            got, _ = await stages.detect(PNG, (32, 32), deadline)
+            masks, _ = await stages.segment(PNG, got.xyxy, got.masks, (32, 32), deadline)
+            await stages.attributes(PNG, got.masks, list(got.class_names), ("red", "blue"), deadline)
+            np.testing.assert_array_equal(masks, refined)
+        finally:
+            await stages.close()
+
+    asyncio.run(run())
+    assert {name for name, _ in on_loop} == {"encode", "decode"}
+    assert not [call for call in on_loop if call[1]], on_loop
+
+
+def _rules(stage: str) -> dict:
+    from negt2i.config import CURRENT, stage_rules
+
+    return stage_rules(CURRENT, stage)

@@ -49,6 +49,7 @@ def test_conformance_passes_on_our_services(stage_procs: dict[str, Proc], stage:
     assert main(["conformance", stage, stage_procs[stage].url]) == 0
     out = capsys.readouterr().out
     assert "FAIL" not in out and "the service conforms" in out
+    assert "same results as JSON" in out  # our services list the binary body type, and it is checked
 
 
 def test_request_limits_and_errors(stage_procs: dict[str, Proc]):

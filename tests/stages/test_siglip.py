@@ -144,3 +144,31 @@ def test_score_batch_scores_crops_of_many_images_together(scorer):
     for (image, masks, names, answers), out in zip(items, batched, strict=True):
         assert out.shape == (len(names), 2)
         np.testing.assert_allclose(out, scorer.score(image, masks, names, answers), rtol=1e-5, atol=1e-4)
+
+
+def test_the_attributes_stage_handler_scores_merged_items_in_one_batch_call(scorer):
+    """The attributes service's handler runs the items of merged requests through ``score_batch`` (crops of
+    several images per forward pass), with every item's scores as when it is sent alone."""
+    from negt2i.wire import adapter
+    from negt2i.wire.stage_handlers import StageHandler, StageSettings
+
+    handler = StageHandler(StageSettings.from_env("attributes", {}), backend=scorer)
+    rng = np.random.default_rng(5)
+    items = []
+    for hw, n in (((48, 64), 3), ((40, 56), 2)):
+        image = rng.integers(0, 255, (*hw, 3), dtype=np.uint8)
+        masks = rng.random((n, *hw)) < 0.3
+        items.append(adapter.attributes_item(adapter.encode_png(image), masks, ["cup", "bowl", "cup"][:n], ["red"]))
+    calls = []
+    real = scorer.model.encode_image
+    scorer.model.encode_image = lambda batch: calls.append(len(batch)) or real(batch)
+    try:
+        merged = handler.handle_messages(items)
+    finally:
+        scorer.model.encode_image = real
+    assert calls == [2, 2, 1]  # one score_batch call: 5 crops of two items, 2 per forward pass
+    for item, got in zip(items, merged, strict=True):
+        alone = handler.handle_messages([item])[0]
+        assert not got.HasField("error") and len(got.instances) == len(item.masks)
+        for a, b in zip(got.instances, alone.instances, strict=True):
+            np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-4)
