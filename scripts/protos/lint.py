@@ -24,6 +24,9 @@ PACKAGE_RE: Final = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\.v[0-9]+$"
 PASCAL_RE: Final = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 SNAKE_RE: Final = re.compile(r"^[a-z][a-z0-9_]*$")
 UPPER_RE: Final = re.compile(r"^[A-Z][A-Z0-9_]*$")
+VENDORED: Final = ("google/", "grpc/")
+"""Folders of the protos shipped as published upstream (google.rpc status / error details, grpc.health.v1):
+compiled with ours, never linted (their names and comments are upstream's)."""
 
 # FileDescriptorProto / DescriptorProto / EnumDescriptorProto / ServiceDescriptorProto field numbers
 _MESSAGE, _ENUM, _SERVICE = 4, 5, 6
@@ -124,7 +127,8 @@ def lint(root: str | Path) -> list[str]:
     """Problems of every ``.proto`` under ``root`` (empty when clean)."""
     out: list[str] = []
     for fd in compile_protos(Path(root)).file:
-        out += lint_file(fd)
+        if not fd.name.startswith(VENDORED):
+            out += lint_file(fd)
     return out
 
 

@@ -22,65 +22,66 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 from negt2i.wire.v1 import common_pb2 as negt2i_dot_v1_dot_common__pb2
 from negt2i.wire.v1 import stages_pb2 as negt2i_dot_v1_dot_stages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19negt2i/v1/evaluator.proto\x12\tnegt2i.v1\x1a\x16negt2i/v1/common.proto\x1a\x16negt2i/v1/stages.proto\"/\n\nObjectSpec\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\"3\n\x12\x41ttributeStatement\x12\x0e\n\x06object\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\t\"G\n\x11RelationStatement\x12\x0f\n\x07subject\x18\x01 \x01(\x05\x12\x0e\n\x06target\x18\x02 \x01(\x05\x12\x11\n\tpredicate\x18\x03 \x01(\t\"\xa0\x01\n\tStatement\x12%\n\x08polarity\x18\x01 \x01(\x0e\x32\x13.negt2i.v1.Polarity\x12\x32\n\tattribute\x18\x02 \x01(\x0b\x32\x1d.negt2i.v1.AttributeStatementH\x00\x12\x30\n\x08relation\x18\x03 \x01(\x0b\x32\x1c.negt2i.v1.RelationStatementH\x00\x42\x06\n\x04kind\"\x89\x02\n\nPromptSpec\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12%\n\x08\x63\x61tegory\x18\x03 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0b\n\x03tag\x18\x04 \x01(\t\x12&\n\x07objects\x18\x05 \x03(\x0b\x32\x15.negt2i.v1.ObjectSpec\x12(\n\nstatements\x18\x06 \x03(\x0b\x32\x14.negt2i.v1.Statement\x12\x12\n\nextra_json\x18\x07 \x01(\t\x12$\n\x06probes\x18\x08 \x03(\x0b\x32\x14.negt2i.v1.Statement\x12\x11\n\tsource_id\x18\t \x01(\t\x12\x0c\n\x04\x66orm\x18\n \x01(\t\"\xb1\x01\n\x0f\x45valuateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\'\n\x06prompt\x18\x02 \x01(\x0b\x32\x15.negt2i.v1.PromptSpecH\x00\x12\x13\n\tprompt_id\x18\x03 \x01(\tH\x00\x12\x1f\n\x05image\x18\x04 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1a\n\x12include_perception\x18\x05 \x01(\x08\x42\x0f\n\rprompt_source\"\x95\x02\n\rObjectVerdict\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x12\n\nclass_name\x18\x02 \x01(\t\x12\x11\n\trequested\x18\x03 \x01(\x05\x12\x0f\n\x07present\x18\x04 \x01(\x08\x12\x0f\n\x07\x63ounted\x18\x05 \x01(\x05\x12\x0c\n\x04kept\x18\x06 \x01(\x05\x12\x10\n\x08\x66\x61llback\x18\x07 \x01(\x08\x12\x16\n\ttop_score\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\nover_count\x18\t \x01(\x08\x12\x13\n\x0bunder_count\x18\n \x01(\x08\x12\x0e\n\x06\x65xempt\x18\x0b \x01(\x08\x12\x12\n\ndetections\x18\x0c \x03(\x05\x12\x19\n\x11measurements_json\x18\r \x01(\tB\x0c\n\n_top_score\"\x1a\n\x08\x46iredSet\x12\x0e\n\x06values\x18\x01 \x03(\t\"\xa5\x02\n\x10StatementVerdict\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12%\n\x08polarity\x18\x03 \x01(\x0e\x32\x13.negt2i.v1.Polarity\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07objects\x18\x05 \x03(\x05\x12\x11\n\trequested\x18\x06 \x01(\t\x12\x11\n\tevaluated\x18\x07 \x01(\x08\x12\"\n\x05\x66ired\x18\x08 \x01(\x0b\x32\x13.negt2i.v1.FiredSet\x12\x0e\n\x06passed\x18\t \x01(\x08\x12&\n\x05\x63\x61use\x18\n \x01(\x0e\x32\x17.negt2i.v1.FailureCause\x12\x11\n\tdead_zone\x18\x0b \x01(\x08\x12\x19\n\x11measurements_json\x18\x0c \x01(\t\"\x9a\x03\n\x07Verdict\x12\x11\n\tprompt_id\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12%\n\x08\x63\x61tegory\x18\x04 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0f\n\x07setting\x18\x05 \x01(\t\x12\x0f\n\x07\x63orrect\x18\x06 \x01(\x08\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12,\n\rfailure_class\x18\x08 \x01(\x0e\x32\x15.negt2i.v1.RowFailure\x12)\n\x07objects\x18\t \x03(\x0b\x32\x18.negt2i.v1.ObjectVerdict\x12/\n\nstatements\x18\n \x03(\x0b\x32\x1b.negt2i.v1.StatementVerdict\x12\x13\n\x0b\x63onfig_json\x18\x0b \x01(\t\x12\x19\n\x11\x65valuator_version\x18\x0c \x01(\t\x12+\n\x06probes\x18\r \x03(\x0b\x32\x1b.negt2i.v1.StatementVerdict\x12\x11\n\tsource_id\x18\x0e \x01(\t\x12\x0c\n\x04\x66orm\x18\x0f \x01(\t\"\x9f\x01\n\x10\x45valuateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07verdict\x18\x02 \x01(\x0b\x32\x12.negt2i.v1.Verdict\x12\'\n\x06stages\x18\x03 \x03(\x0b\x32\x17.negt2i.v1.StageService\x12)\n\nperception\x18\x04 \x01(\x0b\x32\x15.negt2i.v1.Perception\"?\n\x0bRefinedMask\x12\x11\n\tdetection\x18\x01 \x01(\x05\x12\x1d\n\x04mask\x18\x02 \x01(\x0b\x32\x0f.negt2i.v1.Mask\"H\n\x12InstanceAttributes\x12\x11\n\tdetection\x18\x01 \x01(\x05\x12\x0f\n\x07\x61nswers\x18\x02 \x03(\t\x12\x0e\n\x06scores\x18\x03 \x03(\x02\"\xa9\x01\n\nPerception\x12+\n\ndetections\x18\x01 \x01(\x0b\x32\x17.negt2i.v1.DetectResult\x12\'\n\x07refined\x18\x02 \x03(\x0b\x32\x16.negt2i.v1.RefinedMask\x12\x31\n\nattributes\x18\x03 \x03(\x0b\x32\x1d.negt2i.v1.InstanceAttributes\x12\x12\n\nused_depth\x18\x04 \x01(\x08\"|\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12$\n\x04kind\x18\x05 \x01(\x0e\x32\x16.negt2i.v1.FailureKind\x12\x0c\n\x04rule\x18\x06 \x01(\t\"\x8d\x01\n\x16\x45valuateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.negt2i.v1.EvaluateResponseH\x00\x12%\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x14.negt2i.v1.ItemErrorH\x00\x42\t\n\x07outcome\"\x17\n\x15GetServiceInfoRequest\"\xff\x02\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_image_bytes\x18\x02 \x01(\x03\x12\x12\n\nmax_pixels\x18\x03 \x01(\x03\x12 \n\x18max_in_flight_per_stream\x18\x04 \x01(\x05\x12\x1a\n\x12max_inflight_bytes\x18\x05 \x01(\x03\x12\x18\n\x10max_active_items\x18\x06 \x01(\x05\x12\x19\n\x11max_waiting_items\x18\x07 \x01(\x05\x12\x16\n\x0emax_statements\x18\x08 \x01(\x05\x12\x13\n\x0bmax_objects\x18\t \x01(\x05\x12\x16\n\x0emax_text_chars\x18\n \x01(\x05\x12\x1c\n\x14max_extra_json_bytes\x18\x0b \x01(\x05\x12\x1c\n\x14max_extra_json_depth\x18\x0c \x01(\x05\x12\x1c\n\x14max_request_id_chars\x18\r \x01(\x05\x12\x15\n\rauth_required\x18\x0e \x01(\x08\"\xe8\x01\n\x0bServiceInfo\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x1c\n\x14orchestrator_version\x18\x02 \x01(\t\x12\x12\n\nrules_name\x18\x03 \x01(\t\x12\x14\n\x0crules_digest\x18\x04 \x01(\t\x12\'\n\x06stages\x18\x05 \x03(\x0b\x32\x17.negt2i.v1.StageService\x12\'\n\x06limits\x18\x06 \x01(\x0b\x32\x17.negt2i.v1.ServerLimits\x12\x16\n\x0e\x63orpus_prompts\x18\x07 \x01(\x05\x12\x12\n\nrules_json\x18\x08 \x01(\t*\xaf\x01\n\x08\x43\x61tegory\x12\x18\n\x14\x43\x41TEGORY_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x43\x41TEGORY_COLOR\x10\x01\x12\x15\n\x11\x43\x41TEGORY_MATERIAL\x10\x02\x12\x18\n\x14\x43\x41TEGORY_DIRECTIONAL\x10\x03\x12\x16\n\x12\x43\x41TEGORY_PROXIMITY\x10\x04\x12\x18\n\x14\x43\x41TEGORY_COMPARATIVE\x10\x05\x12\x12\n\x0e\x43\x41TEGORY_DEPTH\x10\x06*Q\n\x08Polarity\x12\x18\n\x14POLARITY_UNSPECIFIED\x10\x00\x12\x15\n\x11POLARITY_POSITIVE\x10\x01\x12\x14\n\x10POLARITY_NEGATED\x10\x02*\xd6\x01\n\x0c\x46\x61ilureCause\x12\x1d\n\x19\x46\x41ILURE_CAUSE_UNSPECIFIED\x10\x00\x12#\n\x1f\x46\x41ILURE_CAUSE_UNDETECTED_OBJECT\x10\x01\x12\x1c\n\x18\x46\x41ILURE_CAUSE_OVER_COUNT\x10\x02\x12\x1b\n\x17\x46\x41ILURE_CAUSE_DEAD_ZONE\x10\x03\x12#\n\x1f\x46\x41ILURE_CAUSE_POSITIVE_VIOLATED\x10\x04\x12\"\n\x1e\x46\x41ILURE_CAUSE_NEGATED_VIOLATED\x10\x05*\xce\x01\n\nRowFailure\x12\x1b\n\x17ROW_FAILURE_UNSPECIFIED\x10\x00\x12!\n\x1dROW_FAILURE_UNDETECTED_OBJECT\x10\x01\x12\x1a\n\x16ROW_FAILURE_OVER_COUNT\x10\x02\x12!\n\x1dROW_FAILURE_POSITIVE_VIOLATED\x10\x03\x12 \n\x1cROW_FAILURE_NEGATED_VIOLATED\x10\x04\x12\x1f\n\x1bROW_FAILURE_BOTH_POLARITIES\x10\x05*\xb2\x01\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12!\n\x1d\x46\x41ILURE_KIND_UNREADABLE_IMAGE\x10\x01\x12!\n\x1d\x46\x41ILURE_KIND_MISSING_METADATA\x10\x02\x12!\n\x1d\x46\x41ILURE_KIND_INVALID_METADATA\x10\x03\x12\x1c\n\x18\x46\x41ILURE_KIND_STAGE_ERROR\x10\x04\x32\xf1\x01\n\tEvaluator\x12\x43\n\x08\x45valuate\x12\x1a.negt2i.v1.EvaluateRequest\x1a\x1b.negt2i.v1.EvaluateResponse\x12S\n\x0e\x45valuateStream\x12\x1a.negt2i.v1.EvaluateRequest\x1a!.negt2i.v1.EvaluateStreamResponse(\x01\x30\x01\x12J\n\x0eGetServiceInfo\x12 .negt2i.v1.GetServiceInfoRequest\x1a\x16.negt2i.v1.ServiceInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19negt2i/v1/evaluator.proto\x12\tnegt2i.v1\x1a\x17google/rpc/status.proto\x1a\x16negt2i/v1/common.proto\x1a\x16negt2i/v1/stages.proto\"/\n\nObjectSpec\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\"3\n\x12\x41ttributeStatement\x12\x0e\n\x06object\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\t\"G\n\x11RelationStatement\x12\x0f\n\x07subject\x18\x01 \x01(\x05\x12\x0e\n\x06target\x18\x02 \x01(\x05\x12\x11\n\tpredicate\x18\x03 \x01(\t\"\xa0\x01\n\tStatement\x12%\n\x08polarity\x18\x01 \x01(\x0e\x32\x13.negt2i.v1.Polarity\x12\x32\n\tattribute\x18\x02 \x01(\x0b\x32\x1d.negt2i.v1.AttributeStatementH\x00\x12\x30\n\x08relation\x18\x03 \x01(\x0b\x32\x1c.negt2i.v1.RelationStatementH\x00\x42\x06\n\x04kind\"\x89\x02\n\nPromptSpec\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12%\n\x08\x63\x61tegory\x18\x03 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0b\n\x03tag\x18\x04 \x01(\t\x12&\n\x07objects\x18\x05 \x03(\x0b\x32\x15.negt2i.v1.ObjectSpec\x12(\n\nstatements\x18\x06 \x03(\x0b\x32\x14.negt2i.v1.Statement\x12\x12\n\nextra_json\x18\x07 \x01(\t\x12$\n\x06probes\x18\x08 \x03(\x0b\x32\x14.negt2i.v1.Statement\x12\x11\n\tsource_id\x18\t \x01(\t\x12\x0c\n\x04\x66orm\x18\n \x01(\t\"\xb1\x01\n\x0f\x45valuateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\'\n\x06prompt\x18\x02 \x01(\x0b\x32\x15.negt2i.v1.PromptSpecH\x00\x12\x13\n\tprompt_id\x18\x03 \x01(\tH\x00\x12\x1f\n\x05image\x18\x04 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1a\n\x12include_perception\x18\x05 \x01(\x08\x42\x0f\n\rprompt_source\"\x95\x02\n\rObjectVerdict\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x12\n\nclass_name\x18\x02 \x01(\t\x12\x11\n\trequested\x18\x03 \x01(\x05\x12\x0f\n\x07present\x18\x04 \x01(\x08\x12\x0f\n\x07\x63ounted\x18\x05 \x01(\x05\x12\x0c\n\x04kept\x18\x06 \x01(\x05\x12\x10\n\x08\x66\x61llback\x18\x07 \x01(\x08\x12\x16\n\ttop_score\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\nover_count\x18\t \x01(\x08\x12\x13\n\x0bunder_count\x18\n \x01(\x08\x12\x0e\n\x06\x65xempt\x18\x0b \x01(\x08\x12\x12\n\ndetections\x18\x0c \x03(\x05\x12\x19\n\x11measurements_json\x18\r \x01(\tB\x0c\n\n_top_score\"\x1a\n\x08\x46iredSet\x12\x0e\n\x06values\x18\x01 \x03(\t\"\xa5\x02\n\x10StatementVerdict\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12%\n\x08polarity\x18\x03 \x01(\x0e\x32\x13.negt2i.v1.Polarity\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07objects\x18\x05 \x03(\x05\x12\x11\n\trequested\x18\x06 \x01(\t\x12\x11\n\tevaluated\x18\x07 \x01(\x08\x12\"\n\x05\x66ired\x18\x08 \x01(\x0b\x32\x13.negt2i.v1.FiredSet\x12\x0e\n\x06passed\x18\t \x01(\x08\x12&\n\x05\x63\x61use\x18\n \x01(\x0e\x32\x17.negt2i.v1.FailureCause\x12\x11\n\tdead_zone\x18\x0b \x01(\x08\x12\x19\n\x11measurements_json\x18\x0c \x01(\t\"\x9a\x03\n\x07Verdict\x12\x11\n\tprompt_id\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12%\n\x08\x63\x61tegory\x18\x04 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0f\n\x07setting\x18\x05 \x01(\t\x12\x0f\n\x07\x63orrect\x18\x06 \x01(\x08\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12,\n\rfailure_class\x18\x08 \x01(\x0e\x32\x15.negt2i.v1.RowFailure\x12)\n\x07objects\x18\t \x03(\x0b\x32\x18.negt2i.v1.ObjectVerdict\x12/\n\nstatements\x18\n \x03(\x0b\x32\x1b.negt2i.v1.StatementVerdict\x12\x13\n\x0b\x63onfig_json\x18\x0b \x01(\t\x12\x19\n\x11\x65valuator_version\x18\x0c \x01(\t\x12+\n\x06probes\x18\r \x03(\x0b\x32\x1b.negt2i.v1.StatementVerdict\x12\x11\n\tsource_id\x18\x0e \x01(\t\x12\x0c\n\x04\x66orm\x18\x0f \x01(\t\"\x9f\x01\n\x10\x45valuateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07verdict\x18\x02 \x01(\x0b\x32\x12.negt2i.v1.Verdict\x12\'\n\x06stages\x18\x03 \x03(\x0b\x32\x17.negt2i.v1.StageService\x12)\n\nperception\x18\x04 \x01(\x0b\x32\x15.negt2i.v1.Perception\"?\n\x0bRefinedMask\x12\x11\n\tdetection\x18\x01 \x01(\x05\x12\x1d\n\x04mask\x18\x02 \x01(\x0b\x32\x0f.negt2i.v1.Mask\"H\n\x12InstanceAttributes\x12\x11\n\tdetection\x18\x01 \x01(\x05\x12\x0f\n\x07\x61nswers\x18\x02 \x03(\t\x12\x0e\n\x06scores\x18\x03 \x03(\x02\"\xa9\x01\n\nPerception\x12+\n\ndetections\x18\x01 \x01(\x0b\x32\x17.negt2i.v1.DetectResult\x12\'\n\x07refined\x18\x02 \x03(\x0b\x32\x16.negt2i.v1.RefinedMask\x12\x31\n\nattributes\x18\x03 \x03(\x0b\x32\x1d.negt2i.v1.InstanceAttributes\x12\x12\n\nused_depth\x18\x04 \x01(\x08\"\xa0\x01\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12$\n\x04kind\x18\x05 \x01(\x0e\x32\x16.negt2i.v1.FailureKind\x12\x0c\n\x04rule\x18\x06 \x01(\t\x12\"\n\x06status\x18\x07 \x01(\x0b\x32\x12.google.rpc.Status\"\x8d\x01\n\x16\x45valuateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.negt2i.v1.EvaluateResponseH\x00\x12%\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x14.negt2i.v1.ItemErrorH\x00\x42\t\n\x07outcome\"\x17\n\x15GetServiceInfoRequest\"\xff\x02\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_image_bytes\x18\x02 \x01(\x03\x12\x12\n\nmax_pixels\x18\x03 \x01(\x03\x12 \n\x18max_in_flight_per_stream\x18\x04 \x01(\x05\x12\x1a\n\x12max_inflight_bytes\x18\x05 \x01(\x03\x12\x18\n\x10max_active_items\x18\x06 \x01(\x05\x12\x19\n\x11max_waiting_items\x18\x07 \x01(\x05\x12\x16\n\x0emax_statements\x18\x08 \x01(\x05\x12\x13\n\x0bmax_objects\x18\t \x01(\x05\x12\x16\n\x0emax_text_chars\x18\n \x01(\x05\x12\x1c\n\x14max_extra_json_bytes\x18\x0b \x01(\x05\x12\x1c\n\x14max_extra_json_depth\x18\x0c \x01(\x05\x12\x1c\n\x14max_request_id_chars\x18\r \x01(\x05\x12\x15\n\rauth_required\x18\x0e \x01(\x08\"\xe8\x01\n\x0bServiceInfo\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x1c\n\x14orchestrator_version\x18\x02 \x01(\t\x12\x12\n\nrules_name\x18\x03 \x01(\t\x12\x14\n\x0crules_digest\x18\x04 \x01(\t\x12\'\n\x06stages\x18\x05 \x03(\x0b\x32\x17.negt2i.v1.StageService\x12\'\n\x06limits\x18\x06 \x01(\x0b\x32\x17.negt2i.v1.ServerLimits\x12\x16\n\x0e\x63orpus_prompts\x18\x07 \x01(\x05\x12\x12\n\nrules_json\x18\x08 \x01(\t*\xaf\x01\n\x08\x43\x61tegory\x12\x18\n\x14\x43\x41TEGORY_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x43\x41TEGORY_COLOR\x10\x01\x12\x15\n\x11\x43\x41TEGORY_MATERIAL\x10\x02\x12\x18\n\x14\x43\x41TEGORY_DIRECTIONAL\x10\x03\x12\x16\n\x12\x43\x41TEGORY_PROXIMITY\x10\x04\x12\x18\n\x14\x43\x41TEGORY_COMPARATIVE\x10\x05\x12\x12\n\x0e\x43\x41TEGORY_DEPTH\x10\x06*Q\n\x08Polarity\x12\x18\n\x14POLARITY_UNSPECIFIED\x10\x00\x12\x15\n\x11POLARITY_POSITIVE\x10\x01\x12\x14\n\x10POLARITY_NEGATED\x10\x02*\xd6\x01\n\x0c\x46\x61ilureCause\x12\x1d\n\x19\x46\x41ILURE_CAUSE_UNSPECIFIED\x10\x00\x12#\n\x1f\x46\x41ILURE_CAUSE_UNDETECTED_OBJECT\x10\x01\x12\x1c\n\x18\x46\x41ILURE_CAUSE_OVER_COUNT\x10\x02\x12\x1b\n\x17\x46\x41ILURE_CAUSE_DEAD_ZONE\x10\x03\x12#\n\x1f\x46\x41ILURE_CAUSE_POSITIVE_VIOLATED\x10\x04\x12\"\n\x1e\x46\x41ILURE_CAUSE_NEGATED_VIOLATED\x10\x05*\xce\x01\n\nRowFailure\x12\x1b\n\x17ROW_FAILURE_UNSPECIFIED\x10\x00\x12!\n\x1dROW_FAILURE_UNDETECTED_OBJECT\x10\x01\x12\x1a\n\x16ROW_FAILURE_OVER_COUNT\x10\x02\x12!\n\x1dROW_FAILURE_POSITIVE_VIOLATED\x10\x03\x12 \n\x1cROW_FAILURE_NEGATED_VIOLATED\x10\x04\x12\x1f\n\x1bROW_FAILURE_BOTH_POLARITIES\x10\x05*\xb2\x01\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12!\n\x1d\x46\x41ILURE_KIND_UNREADABLE_IMAGE\x10\x01\x12!\n\x1d\x46\x41ILURE_KIND_MISSING_METADATA\x10\x02\x12!\n\x1d\x46\x41ILURE_KIND_INVALID_METADATA\x10\x03\x12\x1c\n\x18\x46\x41ILURE_KIND_STAGE_ERROR\x10\x04\x32\xf1\x01\n\tEvaluator\x12\x43\n\x08\x45valuate\x12\x1a.negt2i.v1.EvaluateRequest\x1a\x1b.negt2i.v1.EvaluateResponse\x12S\n\x0e\x45valuateStream\x12\x1a.negt2i.v1.EvaluateRequest\x1a!.negt2i.v1.EvaluateStreamResponse(\x01\x30\x01\x12J\n\x0eGetServiceInfo\x12 .negt2i.v1.GetServiceInfoRequest\x1a\x16.negt2i.v1.ServiceInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'negt2i.wire.v1.evaluator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CATEGORY']._serialized_start=3281
-  _globals['_CATEGORY']._serialized_end=3456
-  _globals['_POLARITY']._serialized_start=3458
-  _globals['_POLARITY']._serialized_end=3539
-  _globals['_FAILURECAUSE']._serialized_start=3542
-  _globals['_FAILURECAUSE']._serialized_end=3756
-  _globals['_ROWFAILURE']._serialized_start=3759
-  _globals['_ROWFAILURE']._serialized_end=3965
-  _globals['_FAILUREKIND']._serialized_start=3968
-  _globals['_FAILUREKIND']._serialized_end=4146
-  _globals['_OBJECTSPEC']._serialized_start=88
-  _globals['_OBJECTSPEC']._serialized_end=135
-  _globals['_ATTRIBUTESTATEMENT']._serialized_start=137
-  _globals['_ATTRIBUTESTATEMENT']._serialized_end=188
-  _globals['_RELATIONSTATEMENT']._serialized_start=190
-  _globals['_RELATIONSTATEMENT']._serialized_end=261
-  _globals['_STATEMENT']._serialized_start=264
-  _globals['_STATEMENT']._serialized_end=424
-  _globals['_PROMPTSPEC']._serialized_start=427
-  _globals['_PROMPTSPEC']._serialized_end=692
-  _globals['_EVALUATEREQUEST']._serialized_start=695
-  _globals['_EVALUATEREQUEST']._serialized_end=872
-  _globals['_OBJECTVERDICT']._serialized_start=875
-  _globals['_OBJECTVERDICT']._serialized_end=1152
-  _globals['_FIREDSET']._serialized_start=1154
-  _globals['_FIREDSET']._serialized_end=1180
-  _globals['_STATEMENTVERDICT']._serialized_start=1183
-  _globals['_STATEMENTVERDICT']._serialized_end=1476
-  _globals['_VERDICT']._serialized_start=1479
-  _globals['_VERDICT']._serialized_end=1889
-  _globals['_EVALUATERESPONSE']._serialized_start=1892
-  _globals['_EVALUATERESPONSE']._serialized_end=2051
-  _globals['_REFINEDMASK']._serialized_start=2053
-  _globals['_REFINEDMASK']._serialized_end=2116
-  _globals['_INSTANCEATTRIBUTES']._serialized_start=2118
-  _globals['_INSTANCEATTRIBUTES']._serialized_end=2190
-  _globals['_PERCEPTION']._serialized_start=2193
-  _globals['_PERCEPTION']._serialized_end=2362
-  _globals['_ITEMERROR']._serialized_start=2364
-  _globals['_ITEMERROR']._serialized_end=2488
-  _globals['_EVALUATESTREAMRESPONSE']._serialized_start=2491
-  _globals['_EVALUATESTREAMRESPONSE']._serialized_end=2632
-  _globals['_GETSERVICEINFOREQUEST']._serialized_start=2634
-  _globals['_GETSERVICEINFOREQUEST']._serialized_end=2657
-  _globals['_SERVERLIMITS']._serialized_start=2660
-  _globals['_SERVERLIMITS']._serialized_end=3043
-  _globals['_SERVICEINFO']._serialized_start=3046
-  _globals['_SERVICEINFO']._serialized_end=3278
-  _globals['_EVALUATOR']._serialized_start=4149
-  _globals['_EVALUATOR']._serialized_end=4390
+  _globals['_CATEGORY']._serialized_start=3343
+  _globals['_CATEGORY']._serialized_end=3518
+  _globals['_POLARITY']._serialized_start=3520
+  _globals['_POLARITY']._serialized_end=3601
+  _globals['_FAILURECAUSE']._serialized_start=3604
+  _globals['_FAILURECAUSE']._serialized_end=3818
+  _globals['_ROWFAILURE']._serialized_start=3821
+  _globals['_ROWFAILURE']._serialized_end=4027
+  _globals['_FAILUREKIND']._serialized_start=4030
+  _globals['_FAILUREKIND']._serialized_end=4208
+  _globals['_OBJECTSPEC']._serialized_start=113
+  _globals['_OBJECTSPEC']._serialized_end=160
+  _globals['_ATTRIBUTESTATEMENT']._serialized_start=162
+  _globals['_ATTRIBUTESTATEMENT']._serialized_end=213
+  _globals['_RELATIONSTATEMENT']._serialized_start=215
+  _globals['_RELATIONSTATEMENT']._serialized_end=286
+  _globals['_STATEMENT']._serialized_start=289
+  _globals['_STATEMENT']._serialized_end=449
+  _globals['_PROMPTSPEC']._serialized_start=452
+  _globals['_PROMPTSPEC']._serialized_end=717
+  _globals['_EVALUATEREQUEST']._serialized_start=720
+  _globals['_EVALUATEREQUEST']._serialized_end=897
+  _globals['_OBJECTVERDICT']._serialized_start=900
+  _globals['_OBJECTVERDICT']._serialized_end=1177
+  _globals['_FIREDSET']._serialized_start=1179
+  _globals['_FIREDSET']._serialized_end=1205
+  _globals['_STATEMENTVERDICT']._serialized_start=1208
+  _globals['_STATEMENTVERDICT']._serialized_end=1501
+  _globals['_VERDICT']._serialized_start=1504
+  _globals['_VERDICT']._serialized_end=1914
+  _globals['_EVALUATERESPONSE']._serialized_start=1917
+  _globals['_EVALUATERESPONSE']._serialized_end=2076
+  _globals['_REFINEDMASK']._serialized_start=2078
+  _globals['_REFINEDMASK']._serialized_end=2141
+  _globals['_INSTANCEATTRIBUTES']._serialized_start=2143
+  _globals['_INSTANCEATTRIBUTES']._serialized_end=2215
+  _globals['_PERCEPTION']._serialized_start=2218
+  _globals['_PERCEPTION']._serialized_end=2387
+  _globals['_ITEMERROR']._serialized_start=2390
+  _globals['_ITEMERROR']._serialized_end=2550
+  _globals['_EVALUATESTREAMRESPONSE']._serialized_start=2553
+  _globals['_EVALUATESTREAMRESPONSE']._serialized_end=2694
+  _globals['_GETSERVICEINFOREQUEST']._serialized_start=2696
+  _globals['_GETSERVICEINFOREQUEST']._serialized_end=2719
+  _globals['_SERVERLIMITS']._serialized_start=2722
+  _globals['_SERVERLIMITS']._serialized_end=3105
+  _globals['_SERVICEINFO']._serialized_start=3108
+  _globals['_SERVICEINFO']._serialized_end=3340
+  _globals['_EVALUATOR']._serialized_start=4211
+  _globals['_EVALUATOR']._serialized_end=4452
 # @@protoc_insertion_point(module_scope)
