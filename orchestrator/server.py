@@ -59,6 +59,9 @@ SERVICE_NAME = discovery.SERVICE_NAME
 DEADLINE_MARGIN_S: Final = 0.5
 """An item's deadline ends this long before its call's (unary or stream), so that its DEADLINE_EXCEEDED
 answer, with the rich error details, reaches the client before gRPC ends the call."""
+BACKSTOP_S: Final = 0.2
+"""An item still running this long after its deadline (a step that does not watch the deadline) is cut and
+answered DEADLINE_EXCEEDED; less than ``DEADLINE_MARGIN_S``, so the answer still precedes the call's end."""
 
 
 class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
@@ -200,10 +203,11 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
     async def _judge_by(
         self, request: evaluator_pb2.EvaluateRequest, deadline: float
     ) -> evaluator_pb2.EvaluateResponse:
-        """``judge_item``, cut at ``deadline`` (DEADLINE_EXCEEDED) whatever step it is in."""
+        """``judge_item``, cut ``BACKSTOP_S`` after ``deadline`` (DEADLINE_EXCEEDED) whatever step it is in (a
+        stage call is cut at ``deadline`` itself, and its failure names the stage)."""
         budget = _time_left(deadline)
         try:
-            return await asyncio.wait_for(self.judge_item(request, deadline), budget)
+            return await asyncio.wait_for(self.judge_item(request, deadline), budget + BACKSTOP_S)
         except TimeoutError:
             raise Failure(FailureKind.STAGE_ERROR, f"no verdict within the item's deadline ({budget:.1f} s)",
                           code="DEADLINE_EXCEEDED", reason=errors.Reason.DEADLINE_EXCEEDED) from None  # fmt: skip

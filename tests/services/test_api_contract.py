@@ -236,6 +236,36 @@ def test_stream_deadline_answers_every_item_read_and_refuses_duplicate_ids(
         proc.kill()
 
 
+def test_a_stage_out_of_contract_is_internal_with_the_rule(stage_urls: dict[str, str], live_tmp: Path) -> None:
+    """INTERNAL carries the rich error model too: a detector that answers a class outside the vocabulary
+    fails the item with reason STAGE_CONTRACT_VIOLATION, stage detector and the contract rule, unary and
+    per stream item."""
+    port = free_port()
+    fake = subprocess.Popen([sys.executable, "-m", "tests.services.faulty_detector", str(port), "--fault", "unicorn"],
+                            cwd=REPO, start_new_session=True)  # fmt: skip
+    proc = start_orchestrator({**stage_urls, "detector": f"http://127.0.0.1:{port}"}, live_tmp)
+    try:
+        assert wait_health(proc.target, "SERVING", timeout=30) == "SERVING"
+        request = make_request(DOG_HORSE, prompt=parse_prompt(DEPTH), request_id="u")
+        with EvaluatorClient(proc.target, attempts=1) as client:
+            with pytest.raises(grpc.RpcError) as err:
+                client.stub.Evaluate(request, timeout=30)
+            (answer,) = list(client.stream_call([request], timeout=30))
+        assert err.value.code() == grpc.StatusCode.INTERNAL
+        for status in (call_status(err.value), answer.error.status):
+            info, bad = rich(status)
+            assert status.code == 13 and bad is None
+            assert (info.reason, info.metadata["stage"], info.metadata["rule"]) == (
+                "STAGE_CONTRACT_VIOLATION", "detector", "class-vocabulary"
+            )  # fmt: skip
+            assert "unicorn" in status.message
+        assert (answer.error.stage, answer.error.rule) == ("detector", "class-vocabulary")
+    finally:
+        proc.kill()
+        fake.kill()
+        fake.wait(timeout=10)
+
+
 def test_a_message_over_the_transport_limit_ends_the_stream(orchestrator: Proc) -> None:
     """Over guard.TRANSPORT_FACTOR x max_message_bytes gRPC itself ends the stream (RESOURCE_EXHAUSTED); what
     was answered before stays answered, nothing is answered twice (docs/api.md says: resend what has no

@@ -335,6 +335,7 @@ def test_deadline_and_full_queue(stage_urls: dict[str, str], slow_detector: tupl
                     try:
                         await client.evaluate(DOG_HORSE, prompt=parse_prompt(DEPTH))
                     except ClientError as exc:
+                        reasons.append((exc.code, exc.reason, exc.stage))  # the rich error model
                         return exc.code
                     return "OK"
 
@@ -344,8 +345,12 @@ def test_deadline_and_full_queue(stage_urls: dict[str, str], slow_detector: tupl
                 rest = await asyncio.gather(one(), one())
                 return [await first, *rest]
 
+        reasons: list[tuple[str, str, str]] = []
         codes = asyncio.run(run())  # no queue: the others are turned away; the first runs out of its 2 s
         assert sorted(codes) == ["DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"]
+        assert sorted(reasons) == [("DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED", "detector"),
+                                   ("RESOURCE_EXHAUSTED", "STAGE_OVERLOADED", "detector"),
+                                   ("RESOURCE_EXHAUSTED", "STAGE_OVERLOADED", "detector")]  # fmt: skip
     finally:
         proc.kill()
 
