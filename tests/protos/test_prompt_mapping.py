@@ -221,3 +221,11 @@ def test_the_guides_worked_example_is_the_mapping():
     assert literal(record) == want
     assert adapter.prompt_to_proto(parse_prompt(record)) == want
     assert record in _records(REPO / "data" / "negt2ibench.jsonl")
+
+
+def test_an_unset_category_is_the_tags_when_the_tag_names_one():
+    record = {k: v for k, v in prompt_records(1)[0].items() if k != "category"}
+    with pytest.raises(adapter.WireError, match=r"^prompt\.category: a prompt with statements needs a category"):
+        adapter.prompt_from_proto(literal(record))
+    tagged = adapter.prompt_from_proto(literal({**record, "tag": "color"}))
+    assert tagged.category is not None and tagged.category.value == "color" and tagged.tag == "color"
