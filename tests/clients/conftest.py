@@ -8,11 +8,12 @@ times over.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,14 +75,34 @@ def node_bin() -> str:
     return _node()
 
 
+def _started(start: Callable[[], Proc], ready: Callable[[Proc], None], attempts: int = 3) -> Proc:
+    """``start()`` until ``ready(proc)`` passes; a start that lost its port to another process (``free_port``
+    checks a port, the server binds it a moment later; other test runs on the machine pick from the same
+    range) is retried on a new port, any other failure raised."""
+    for attempt in range(attempts):
+        proc = start()
+        try:
+            ready(proc)
+            return proc
+        except (RuntimeError, AssertionError) as exc:
+            proc.kill()
+            lost_port = "in use" in f"{exc}{proc.tail(60)}"
+            if not lost_port or attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _serving(proc: Proc) -> None:
+    status = wait_health(proc.target, "SERVING", timeout=60)
+    assert status == "SERVING", f"orchestrator health {status}:\n{proc.tail()}"
+
+
 @pytest.fixture(scope="session")
 def clients_stages(clients_tmp: Path, node_bin: str) -> Iterator[dict[str, Proc]]:
     procs: dict[str, Proc] = {}
     try:
         for stage in STAGES:
-            procs[stage] = start_stage(stage, clients_tmp)
-        for proc in procs.values():
-            wait_ready(proc)
+            procs[stage] = _started(functools.partial(start_stage, stage, clients_tmp), wait_ready)
         yield procs
     finally:
         for proc in procs.values():
@@ -95,10 +116,8 @@ def clients_orchestrator(clients_stages: dict[str, Proc], clients_tmp: Path, dem
     corpus.write_text("".join(p.read_text() for p in sorted(demo_folder.glob("*/metadata.jsonl"))))
     urls = {stage: proc.url for stage, proc in clients_stages.items()}
     env = {"NEGT2I_STREAM_WINDOW": str(STREAM_WINDOW), "NEGT2I_CORPUS": str(corpus)}
-    proc = start_orchestrator(urls, clients_tmp, env=env)
+    proc = _started(functools.partial(start_orchestrator, urls, clients_tmp, env=env), _serving)
     try:
-        status = wait_health(proc.target, "SERVING", timeout=60)
-        assert status == "SERVING", f"orchestrator health {status}:\n{proc.tail()}"
         yield proc
     finally:
         proc.kill()

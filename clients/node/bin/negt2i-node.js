@@ -5,12 +5,13 @@
  *
  *   node bin/negt2i-node.js [--target HOST:PORT] health [SERVICE]
  *   node bin/negt2i-node.js [--target HOST:PORT] info
+ *   node bin/negt2i-node.js [--target HOST:PORT] vocabulary
  *   node bin/negt2i-node.js [--target HOST:PORT] evaluate IMAGE (--metadata RECORD.json | --prompt-id ID)
  *   node bin/negt2i-node.js [--target HOST:PORT] stream (FOLDER | REQUESTS.jsonl) [--window N] [--repeat K]
  *
- * Output is JSON on stdout: `health` prints the status name, `info` the ServiceInfo, `evaluate` the
- * EvaluateResponse (verdict with its measurements parsed) or, when the call fails, `{"error": ...}` with
- * the structured details (exit status 1). `stream` prints one line per answered image, in completion
+ * Output is JSON on stdout: `health` prints the status name, `info` the ServiceInfo, `vocabulary` the
+ * Vocabulary, `evaluate` the EvaluateResponse (verdict with its measurements parsed) or, when the call
+ * fails, `{"error": ...}` with the structured details (exit status 1). `stream` prints one line per answered image, in completion
  * order: `{"request_id", "verdict"}` or `{"request_id", "error"}`, after a first line `{"window": N}`
  * (the server's flow-control grant) and before a last line `{"summary": {...}}`.
  *
@@ -25,7 +26,7 @@ const { parseArgs } = require('node:util');
 const { EvaluatorClient, errorDetails, itemError, mediaType, promptSpec, readVerdict } = require('../lib/negt2i');
 
 const USAGE = `usage: negt2i-node [--target HOST:PORT] [--protos DIR] [--timeout S]
-         health [SERVICE] | info | evaluate IMAGE (--metadata FILE | --prompt-id ID) [--request-id ID] |
+         health [SERVICE] | info | vocabulary | evaluate IMAGE (--metadata FILE | --prompt-id ID) [--request-id ID] |
          stream (FOLDER | REQUESTS.jsonl) [--window N] [--repeat K]`;
 
 function request(requestId, imagePath, source) {
@@ -99,6 +100,10 @@ async function main(argv) {
     if (command === 'info') {
       const info = await client.info(timeoutMs);
       print({ ...info, rules: JSON.parse(info.rules_json || '{}') });
+      return 0;
+    }
+    if (command === 'vocabulary') {
+      print(await client.vocabulary(timeoutMs));
       return 0;
     }
     if (command === 'evaluate') {

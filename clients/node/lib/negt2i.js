@@ -137,30 +137,38 @@ function itemError(error, root = loadApi().root) {
 
 // --------------------------------------------------------------------------- prompt records
 
-const RECORD_KEYS = new Set(['id', 'prompt', 'category', 'tag', 'include', 'statements', 'probes', 'source_id', 'form']);
+/** Record keys that have a PromptSpec field (or, for GenEval's include[].color / .position, a mapping). */
+const RECORD_KEYS = new Set([
+  'id', 'prompt', 'category', 'tag', 'setting', 'include', 'exclude', 'statements', 'probes', 'source_id', 'form',
+  'same_text_as',
+]);
 
 function statementSpec(st) {
-  const polarity = st.polarity ? `POLARITY_${String(st.polarity).toUpperCase()}` : 'POLARITY_UNSPECIFIED';
+  // a record without a polarity means positive (the wire refuses POLARITY_UNSPECIFIED)
+  const polarity = `POLARITY_${String(st.polarity || 'positive').toUpperCase()}`;
   if (st.kind === 'attribute') {
-    return { polarity, attribute: { object: st.object, value: st.value } };
+    return { polarity, attribute: { object: st.object || 0, value: st.value } };
   }
   if (st.kind === 'relation') {
-    return { polarity, relation: { subject: st.subject, target: st.target, predicate: st.predicate } };
+    return { polarity, relation: { subject: st.subject || 0, target: st.target || 0, predicate: st.predicate } };
   }
   throw new Error(`statement kind must be "attribute" or "relation", got ${JSON.stringify(st.kind)}`);
 }
 
 /**
  * A PromptSpec from a prompt record (a line of the corpus JSONL or of a GenEval `metadata.jsonl`),
- * following docs/api.md's table: `include` -> `objects` (`class` -> `class_name`, `count` defaults to 1;
- * GenEval's `color` / `position` become positive statements), statement `kind` -> the `attribute` /
- * `relation` member, `polarity` -> POLARITY_*, `category` -> CATEGORY_* (inferred like the evaluator
- * when absent), `tag` left empty when absent (the server defaults it); every other key goes,
- * verbatim, into `extra_json`.
+ * key by key as docs/api.md's table says: `include` -> `objects` (`class` -> `class_name`; `count`
+ * left unset when absent, which the server reads as 1; GenEval's `color` / `position` become positive
+ * statements, first), `exclude` -> `exclude`, statement `kind` -> the `attribute` / `relation` member,
+ * `polarity` -> POLARITY_* (absent: positive), `category` -> CATEGORY_* (absent: GenEval's color /
+ * position entries make it color / directional, else the server takes the tag's), `tag` and
+ * `setting` left empty when absent (the server defaults them); every other key goes, verbatim,
+ * into `extra_json`.
  */
 function promptSpec(record) {
   const statements = [];
   let inferred = null;
+  const objectSpec = (entry) => ({ class_name: entry.class, count: entry.count === undefined ? 0 : entry.count });
   const objects = (record.include || []).map((entry, i) => {
     if (entry.color !== undefined) {
       inferred = 'color';
@@ -170,7 +178,7 @@ function promptSpec(record) {
       inferred = 'directional';
       statements.push({ kind: 'relation', subject: i, target: entry.position[1], predicate: entry.position[0], polarity: 'positive' });
     }
-    return { class_name: entry.class, count: entry.count === undefined ? 1 : entry.count };
+    return objectSpec(entry);
   });
   statements.push(...(record.statements || []));
   const category = record.category || inferred;
@@ -183,11 +191,14 @@ function promptSpec(record) {
     prompt: record.prompt,
     category: category ? `CATEGORY_${String(category).toUpperCase()}` : 'CATEGORY_UNSPECIFIED',
     tag: record.tag || '',
+    setting: record.setting || '',
     objects,
+    exclude: (record.exclude || []).map(objectSpec),
     statements: statements.map(statementSpec),
     probes: (record.probes || []).map(statementSpec),
     source_id: record.source_id || '',
     form: record.form || '',
+    same_text_as: record.same_text_as || '',
     extra_json: Object.keys(extra).length ? JSON.stringify(extra) : '',
   };
 }
@@ -267,9 +278,14 @@ class EvaluatorClient {
     return false;
   }
 
-  /** GetServiceInfo: versions, stage models, limits, the rule config. */
+  /** GetServiceInfo: versions, stage models, limits, the rule config, the vocabulary. */
   info(timeoutMs = 30000) {
     return this._unary(this.evaluator, 'GetServiceInfo', {}, timeoutMs);
+  }
+
+  /** GetVocabulary: classes, categories with their values / predicates, settings, the case rule. */
+  vocabulary(timeoutMs = 30000) {
+    return this._unary(this.evaluator, 'GetVocabulary', {}, timeoutMs);
   }
 
   /**
