@@ -50,7 +50,7 @@ from negt2i.failures import Failure, FailureKind
 from negt2i.images import ImageError, decode_image
 from negt2i.jsonl import iter_json_lines
 from negt2i.metrics.totals import Totals
-from negt2i.pipeline import ImageResult, Pipeline, Stages
+from negt2i.pipeline import ImageResult, Perceived, Pipeline, Stages
 from negt2i.results import ResultsWriter, ResumeKey, error_record, ok_record, prompt_metadata
 from negt2i.spec import Prompt, SpecError, parse_prompt, read_prompts
 from negt2i.stages.base import Image
@@ -464,18 +464,21 @@ def evaluate(
 ) -> Summary:
     """Judge ``jobs`` (the first ``limit``) into ``out``, resuming by content; returns the run's summary.
 
-    The run is a pipeline over batches of ``batch_size`` images: ``workers`` threads (default
-    ``default_workers()``) read, hash and decode the images of the next ``AHEAD`` batches and judge
-    the images of the previous batches (``Pipeline.judge``: the rules, and making the results lines),
-    while the calling thread runs the models on the current batch (``Pipeline.perceive``); one writer
-    thread writes the lines batch after batch, in job order, through the one results writer (each
-    line flushed to disk). ``workers=0`` does everything on the calling thread, one step after the
-    other. The results file is the same, byte for byte, for every ``workers`` and ``batch_size``.
-    At most ``AHEAD + 3`` batches are in memory at once: ``AHEAD`` decoded ahead, one on the models,
-    at most two being judged or written (the calling thread waits for the older one).
+    The run is a pipeline over batches of ``batch_size`` images. The calling thread runs the models:
+    the detector on batch k (``Pipeline.detect``), then the segmenter, attribute scorer and depth
+    estimator on batch k-1 (``Pipeline.answer``). ``workers`` threads (default ``default_workers()``)
+    meanwhile read, hash and decode the images of the next ``AHEAD`` batches, plan batch k
+    (``Pipeline.plan``: the detector's answers checked, the other stages' requests made) and judge the
+    batches before (``Pipeline.judge``: the rules, and making the results lines); one writer thread
+    writes the lines batch after batch, in job order, through the one results writer (each line
+    flushed to disk). ``workers=0`` does everything on the calling thread, one step after the other.
+    The results file is the same, byte for byte, for every ``workers`` and ``batch_size``. At most
+    ``AHEAD + 4`` batches are in memory at once: ``AHEAD`` decoded ahead, one on the detector, one on
+    the other stages, at most two being judged or written (the calling thread waits for the older one).
 
     An exception on the calling thread (Ctrl-C) or from a worker first writes the lines of the batches
-    the models had finished, so an interrupted run keeps every image it judged and resumes from there.
+    whose models had all run, so an interrupted run keeps every image it judged and resumes from
+    there; the batch on the detector and the one planned after it are judged again by the next run.
 
     ``save_perception``: also append each judged image's detections and refined masks to this
     side file (``negt2i.perception_file``), written before the image's results line.
@@ -522,7 +525,30 @@ def evaluate(
                     summary.evaluated += 1
                 bar.update(len(outcomes))
 
+            def answer_and_judge(batch: Sequence[Job], loaded: list[Loaded], perceived: Perceived) -> None:
+                """The batch's other stages on this thread, then its rules on the workers, its lines on the
+                writer; waits for the oldest batch's lines when two are being written."""
+                pipeline.answer(perceived)
+                ready = [i for i, item in enumerate(loaded) if item.pixels is not None]
+                judges = dict(zip(ready, range(len(ready)), strict=True))
+                outcomes = [
+                    pool.submit(
+                        _outcome,
+                        job,
+                        loaded[i],
+                        None if i not in judges else partial(pipeline.judge, perceived, judges[i]),
+                        config=config,
+                        models=models,
+                        side=side is not None,
+                    )
+                    for i, job in enumerate(batch)
+                ]
+                writing.append(lines.submit(write, outcomes))
+                while len(writing) > 1 and (writing[0].done() or len(writing) > 2):
+                    writing.popleft().result()
+
             try:
+                previous: tuple[Sequence[Job], list[Loaded], Perceived, Future[None]] | None = None
                 for k, batch in enumerate(batches):
                     for ahead in batches[k + len(reading) : k + 1 + AHEAD]:
                         reading.append([pool.submit(read_job, job) for job in ahead])
@@ -530,23 +556,15 @@ def evaluate(
                     ready = [i for i, item in enumerate(loaded) if item.pixels is not None]
                     prompts = [batch[i].prompt for i in ready]
                     pixels = [loaded[i].pixels for i in ready]
-                    perceived = pipeline.perceive(prompts, pixels)  # type: ignore[arg-type]  # both filtered
-                    judges = dict(zip(ready, range(len(ready)), strict=True))
-                    outcomes = [
-                        pool.submit(
-                            _outcome,
-                            job,
-                            loaded[i],
-                            None if i not in judges else partial(pipeline.judge, perceived, judges[i]),
-                            config=config,
-                            models=models,
-                            side=side is not None,
-                        )
-                        for i, job in enumerate(batch)
-                    ]
-                    writing.append(lines.submit(write, outcomes))
-                    while len(writing) > 1 and (writing[0].done() or len(writing) > 2):
-                        writing.popleft().result()
+                    perceived = pipeline.detect(prompts, pixels)  # type: ignore[arg-type]  # both filtered
+                    planning = pool.submit(pipeline.plan, perceived)
+                    if previous is not None:  # the batch before: planned on a worker meanwhile
+                        previous[3].result()
+                        answer_and_judge(*previous[:3])
+                    previous = (batch, loaded, perceived, planning)
+                if previous is not None:
+                    previous[3].result()
+                    answer_and_judge(*previous[:3])
                 while writing:
                     writing.popleft().result()
             except BaseException:

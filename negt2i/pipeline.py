@@ -10,9 +10,9 @@ For a batch of (prompt, image) pairs:
    the batched method);
 4. ``flow.finish`` per image validates the answers and judges.
 
-Steps 1-3 are ``Pipeline.perceive`` (the models), step 4 ``Pipeline.judge`` (the
-rules, no stage calls): ``negt2i evaluate --workers N`` judges one batch on
-worker threads while the models run on the next.
+The steps are ``Pipeline.detect`` (1), ``plan`` (2), ``answer`` (3) and ``judge``
+(4); ``perceive`` is 1-3. ``plan`` and ``judge`` call no stage: ``negt2i evaluate
+--workers N`` runs them on worker threads while the models run on other batches.
 
 Stages are anything implementing the protocols of ``negt2i.stages.base``: the
 in-process backends, or clients of remote stage services. Only the stages a
@@ -153,11 +153,15 @@ _MISSING = {
 
 @dataclass(eq=False)
 class Perceived:
-    """A batch after the models and before the rules (``Pipeline.perceive``): per image, the flow's planned
-    requests and the stages' answers, or the failure that ends the image. ``Pipeline.judge`` finishes one
-    image of it; it calls no stage, so images can be judged on other threads while the models run."""
+    """One batch on its way through the flow (``Pipeline.perceive`` = ``detect``, ``plan``, ``answer``): per
+    image, the detector's answer, the flow's planned requests, the other stages' answers, or the failure that
+    ends the image. ``Pipeline.plan`` and ``Pipeline.judge`` call no stage, so they can run on worker
+    threads while the models run on another batch."""
 
     prompts: list[Prompt]
+    images: list[Image]
+    detected: list[Any]
+    """The detector's answer per image (checked by ``plan``), or its ``Failure``."""
     requests: list[flow.StageRequests | None]
     answers: list[dict[str, Any]]
     failures: list[Failure | None]
@@ -201,23 +205,42 @@ class Pipeline:
         return self.run([prompt], [image])[0]
 
     def perceive(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> Perceived:
-        """The models' part of ``run``: the detector over the batch, ``flow.begin`` per image, then the
-        segmenter, the attribute scorer and the depth estimator, each over the images that need it and have
-        not failed yet (in that order, so an image's failure is the first stage's that failed for it)."""
+        """The models' part of ``run``: ``detect``, ``plan``, ``answer``."""
+        perceived = self.detect(prompts, images)
+        self.plan(perceived)
+        self.answer(perceived)
+        return perceived
+
+    def detect(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> Perceived:
+        """The detector over the batch (one call; a failing call is retried image by image)."""
         if len(prompts) != len(images):
             raise ValueError(f"got {len(prompts)} prompts for {len(images)} images")
         batch = list(images)
-        out = Perceived(list(prompts), [None] * len(batch), [{} for _ in batch], [None] * len(batch))
+        n = len(batch)
+        out = Perceived(list(prompts), batch, [None] * n, [None] * n, [{} for _ in batch], [None] * n)
         if not batch:
             return out
         detected = _batched("detector", self.stages.detector.detect, batch)
-        for i, (prompt, image, det) in enumerate(zip(prompts, batch, detected, strict=True)):
+        out.detected = list(detected)
+        return out
+
+    def plan(self, perceived: Perceived) -> None:
+        """``flow.begin`` per image: the detector's answer checked against the contract, the other stages'
+        requests planned (or the image's failure). Calls no stage: safe on a worker thread."""
+        out = perceived
+        for i, (prompt, image, det) in enumerate(zip(out.prompts, out.images, out.detected, strict=True)):
             try:
                 if isinstance(det, Failure):
                     raise det
                 out.requests[i] = flow.begin(prompt, det, _hw(image), self.config)
             except Failure as exc:
                 out.failures[i] = exc
+
+    def answer(self, perceived: Perceived) -> None:
+        """The segmenter, the attribute scorer and the depth estimator, each called once for the images of
+        the batch that need it and have not failed yet (in that order, so an image's failure is the first
+        stage's that failed for it)."""
+        out, batch = perceived, perceived.images
         refine: dict[int, RefineItem] = {}
         scores: dict[int, ScoreItem] = {}
         depth: dict[int, Image] = {}
@@ -237,7 +260,6 @@ class Pipeline:
         together = isinstance(s.attributes, BatchAttributeScorer)
         self._ask("attributes", s.attributes, _score, scores, key="scores", out=out, together=together)
         self._ask("depth", s.depth, _disparity, depth, key="disparity", out=out, together=True)
-        return out
 
     @staticmethod
     def _ask(

@@ -344,9 +344,10 @@ def test_interrupted_run_leaves_whole_lines_and_resumes_to_the_same_file(images:
     with pytest.raises(KeyboardInterrupt):
         evaluate(jobs, out, stages, batch_size=2, progress=False)
     text = out.read_text()
-    assert text.endswith("\n") and len(text.splitlines()) == 4  # two whole batches, nothing partial
+    # whole lines only: the first batch, whose models had all run (the second one had only been detected)
+    assert text.endswith("\n") and len(text.splitlines()) == 2
     summary = evaluate(jobs, out, Stages.create(SYNTH), batch_size=2, progress=False)
-    assert (summary.skipped, summary.evaluated) == (4, 3)
+    assert (summary.skipped, summary.evaluated) == (2, 5)
     assert out.read_text() == full.read_text()
 
 
@@ -435,8 +436,8 @@ def test_workers_give_the_same_file_on_hundreds_of_images(many: Path, tmp_path: 
 
 
 def test_a_run_interrupted_twice_resumes_to_the_uninterrupted_file(many: Path, tmp_path: Path):
-    """Ctrl-C during the models of a batch: the lines of every batch the models had finished are written
-    (whole), and the resumed runs end with the same bytes as a run that was never interrupted."""
+    """Ctrl-C during the detector's call on a batch: the lines of every batch whose models had all run are
+    written (whole lines), and the resumed runs end with the same bytes as a run that was never interrupted."""
     jobs, workers = discover(many), 4
     full = tmp_path / "full.jsonl"
     evaluate(jobs, full, Stages.create(SYNTH), batch_size=8, workers=1, progress=False)
@@ -449,7 +450,7 @@ def test_a_run_interrupted_twice_resumes_to_the_uninterrupted_file(many: Path, t
             evaluate(jobs, out, stages, batch_size=8, workers=workers, progress=False)
         text = out.read_text()
         assert text.endswith("\n")
-        done += 8 * (stop_at - 1)  # every batch before the interrupted one, nothing of it
+        done += 8 * (stop_at - 2)  # the batches whose models had all run: not the one detected before
         assert len(text.splitlines()) == done
         assert full.read_text().startswith(text)
     summary = evaluate(jobs, out, Stages.create(SYNTH), batch_size=8, workers=workers, progress=False)
@@ -463,25 +464,69 @@ def test_models_run_on_the_calling_thread_and_the_rules_on_workers(images: Path,
     from negt2i import flow
 
     main_thread = threading.get_ident()
-    model_threads: set[int] = set()
-    judge_threads: set[int] = set()
+    seen: dict[str, set[int]] = {}
+
+    def spy(obj, name):
+        real = getattr(obj, name)
+
+        def call(*args, **kwargs):
+            seen.setdefault(name, set()).add(threading.get_ident())
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(obj, name, call)
+
     stages = Stages.create(SYNTH)
-    real_detect, real_finish = stages.detector.detect, flow.finish
+    for obj, name in ((stages.detector, "detect"), (stages.segmenter, "refine_batch"),
+                      (stages.attributes, "score_batch"), (stages.depth, "disparity"),
+                      (flow, "begin"), (flow, "finish")):  # fmt: skip
+        spy(obj, name)
+    evaluate(discover(images), tmp_path / "r.jsonl", stages, batch_size=2, workers=2, progress=False)
+    assert set(seen) == {"detect", "refine_batch", "score_batch", "disparity", "begin", "finish"}
+    for name in ("detect", "refine_batch", "score_batch", "disparity"):
+        assert seen[name] == {main_thread}, name
+    for name in ("begin", "finish"):
+        assert main_thread not in seen[name], name
+    seen.clear()
+    evaluate(discover(images), tmp_path / "s.jsonl", stages, batch_size=2, workers=0, progress=False)
+    assert all(threads == {main_thread} for threads in seen.values())
+    assert (tmp_path / "r.jsonl").read_bytes() == (tmp_path / "s.jsonl").read_bytes()
 
-    def detect(batch):
-        model_threads.add(threading.get_ident())
-        return real_detect(batch)
 
-    def finish(*args, **kwargs):
-        judge_threads.add(threading.get_ident())
-        return real_finish(*args, **kwargs)
+def test_reading_ahead_is_bounded(many: Path, tmp_path: Path, monkeypatch):
+    """Slow models: the workers read ahead, but never more than ``AHEAD`` batches beyond the ones on the
+    models, being judged or being written (at most ``AHEAD + 4`` batches of images in memory)."""
+    import threading
+    import time
+
+    from negt2i import evaluate as ev
+    from negt2i.results import ResultsWriter
+
+    lock = threading.Lock()
+    counts = {"read": 0, "written": 0, "most": 0}
+    real_read, real_write = ev.read_job, ResultsWriter.write
+
+    def read_job(job, **kwargs):
+        with lock:
+            counts["read"] += 1
+            counts["most"] = max(counts["most"], counts["read"] - counts["written"])
+        return real_read(job, **kwargs)
+
+    def write(self, record):
+        real_write(self, record)
+        with lock:
+            counts["written"] += 1
+
+    monkeypatch.setattr(ev, "read_job", read_job)
+    monkeypatch.setattr(ResultsWriter, "write", write)
+    stages = Stages.create(SYNTH)
+    real_detect = stages.detector.detect
+
+    def detect(images):
+        time.sleep(0.02)
+        return real_detect(images)
 
     monkeypatch.setattr(stages.detector, "detect", detect)
-    monkeypatch.setattr(flow, "finish", finish)
-    evaluate(discover(images), tmp_path / "r.jsonl", stages, batch_size=2, workers=2, progress=False)
-    assert model_threads == {main_thread}
-    assert judge_threads and main_thread not in judge_threads
-    judge_threads.clear()
-    evaluate(discover(images), tmp_path / "s.jsonl", stages, batch_size=2, workers=0, progress=False)
-    assert judge_threads == {main_thread}
-    assert (tmp_path / "r.jsonl").read_bytes() == (tmp_path / "s.jsonl").read_bytes()
+    jobs = discover(many)[:120]
+    evaluate(jobs, tmp_path / "r.jsonl", stages, batch_size=4, workers=4, progress=False)
+    assert counts["read"] == counts["written"] == 120
+    assert 4 * (ev.AHEAD + 1) <= counts["most"] <= 4 * (ev.AHEAD + 4)
