@@ -2,7 +2,9 @@
 
 For a batch of (prompt, image) pairs:
 
-1. ``detections = detector.detect(images)`` (batched over images);
+1. ``detections = detector.detect(images, classes=, max_per_class=)`` (batched over images; each
+   image's prompt classes and the per-class cap, ``flow.detector_request``; a detector without
+   the keywords is called with the images alone and filtered after, ``detect_requested``);
 2. ``flow.begin`` per image validates them and plans the other stages' requests;
 3. refined masks (segmenter) and attribute scores per image, disparity batched
    over the images that need it;
@@ -29,13 +31,15 @@ import numpy as np
 from negt2i import flow
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.failures import Failure, StageError
-from negt2i.perception import ImagePerception
+from negt2i.perception import Detections, ImagePerception
 from negt2i.spec import Prompt
 from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Image, Segmenter
+from negt2i.stages.common import detect_requested
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
 from negt2i.verdict import Verdict
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass
@@ -105,7 +109,7 @@ def _as_failure(stage: str, exc: BaseException) -> Failure:
     return exc if isinstance(exc, Failure) else StageError(stage, f"{type(exc).__name__}: {exc}")
 
 
-def _batched(stage: str, fn: Callable[[list[Image]], list[T]], images: list[Image]) -> list[T | Failure]:
+def _batched(stage: str, fn: Callable[[list[U]], list[T]], images: list[U]) -> list[T | Failure]:
     """``fn`` over the whole batch; if it fails, image by image so that one bad image fails alone."""
     results: list[T | Failure] = []
     for group in [images] if len(images) == 1 else [images, *([image] for image in images)]:
@@ -148,6 +152,11 @@ class Pipeline:
         self.stages = stages
         self.config = config
 
+    def _detect(self, items: list[tuple[Image, flow.DetectRequest]]) -> list[Detections]:
+        """The detector on images with their requests (one cap per call: one rule config)."""
+        cap = max((r.max_per_class for _, r in items), default=0)
+        return detect_requested(self.stages.detector, [im for im, _ in items], [r.classes for _, r in items], cap)
+
     def run(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> list[ImageResult]:
         """One ``ImageResult`` per (prompt, image) pair, in order."""
         if len(prompts) != len(images):
@@ -155,7 +164,8 @@ class Pipeline:
         if not images:
             return []
         batch = list(images)
-        detected = _batched("detector", self.stages.detector.detect, batch)
+        detected = _batched("detector", self._detect, [(image, flow.detector_request(p, self.config))
+                                                        for image, p in zip(batch, prompts, strict=True)])  # fmt: skip
         failures: list[Failure | None] = [None] * len(batch)
         requests: list[flow.StageRequests | None] = [None] * len(batch)
         answers: list[dict[str, Any]] = [{} for _ in batch]
