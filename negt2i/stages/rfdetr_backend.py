@@ -180,7 +180,7 @@ class RFDETRDetector:
                 model.model.resolution = int(shape[0])
             model.inference(compile=False)
         context = model.model
-        inner = context.postprocess
+        inner = getattr(context, "postprocess", None)
         inner = inner.inner if isinstance(inner, _FilteredPostProcess) else inner
         self._post = _FilteredPostProcess(inner, self.names, floor)
         context.postprocess = self._post
