@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test lint typecheck unit report-sample bench bench-pipeline evaluate weights clean
+.PHONY: setup test lint typecheck unit report-sample bench bench-pipeline evaluate weights clean protos protos-dist
 
 setup:
 	@scripts/setup.sh
@@ -23,6 +23,16 @@ test: lint typecheck unit
 # Regenerate the committed sample report (docs/report-sample/); tests/metrics/test_report_sample.py checks it.
 report-sample: setup
 	$(BIN)/python -m negt2i.metrics.sample docs/report-sample
+
+# Regenerate the Python stubs (negt2i/wire/v1) and the JSON Schemas (protos/negt2i/v1/schemas) from
+# protos/, and lint the protos; tests/protos fails while committed files and protos/ disagree.
+protos: setup
+	PYTHON=$(BIN)/python scripts/gen_protos.sh
+
+# The protos as one versioned artefact, dist/negt2i-protos-<version>.tar.gz (docs/api.md); its one
+# folder, negt2i-protos-<version>/, is the include root (protos/ here).
+protos-dist: setup
+	$(BIN)/python scripts/protos/dist.py --out dist
 
 bench: setup
 	$(BIN)/python benchmarks/bench_judge.py

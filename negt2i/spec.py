@@ -44,7 +44,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from negt2i.jsonl import iter_json_lines
-from negt2i.vocab import BENCHMARK_CLASSES, COCO_CLASSES, PREDICATES, VALUES, Category
+from negt2i.vocab import BENCHMARK_CLASSES, COCO_CLASSES, PREDICATES, VALUES, Category, did_you_mean, setting_name
 
 SETTING_RE = re.compile(r"^pos(\d+)_neg(\d+)$")
 
@@ -134,11 +134,6 @@ class RelationStatement(_Frozen):
 Statement = Annotated[AttributeStatement | RelationStatement, Field(discriminator="kind")]
 
 
-def setting_name(positive: int, negated: int) -> str:
-    """The polarity setting ``pos{P}_neg{N}``."""
-    return f"pos{positive}_neg{negated}"
-
-
 class Prompt(_Frozen):
     """A validated prompt: its objects, its statements and their polarity."""
 
@@ -219,7 +214,8 @@ def _validate(p: Prompt) -> None:
     seen: dict[str, int] = {}
     for i, obj in enumerate(p.objects):
         if obj.class_name not in COCO_CLASSES:
-            _fail(f"include[{i}].class", f"unknown class {obj.class_name!r} (not one of the 80 COCO classes)")
+            hint = did_you_mean(obj.class_name, COCO_CLASSES)
+            _fail(f"include[{i}].class", f"unknown class {obj.class_name!r} (not one of the 80 COCO classes{hint})")
         if obj.class_name in seen:
             _fail(
                 f"include[{i}].class", f"class {obj.class_name!r} is already named by include[{seen[obj.class_name]}]"
@@ -255,7 +251,8 @@ def _validate_statements(p: Prompt, statements: tuple[Statement, ...], key: str)
             if st.value not in VALUES[p.category]:
                 _fail(
                     f"{field}.value",
-                    f"{st.value!r} is not a {p.category} value (expected one of {', '.join(VALUES[p.category])})",
+                    f"{st.value!r} is not a {p.category} value{did_you_mean(st.value, VALUES[p.category])} "
+                    f"(expected one of {', '.join(VALUES[p.category])})",
                 )
         else:
             if not p.category.is_relation:
@@ -264,7 +261,8 @@ def _validate_statements(p: Prompt, statements: tuple[Statement, ...], key: str)
                 allowed = ", ".join(PREDICATES[p.category])
                 _fail(
                     f"{field}.predicate",
-                    f"unknown predicate {st.predicate!r} for category {p.category} (expected one of {allowed})",
+                    f"unknown predicate {st.predicate!r} for category {p.category}"
+                    f"{did_you_mean(st.predicate, PREDICATES[p.category])} (expected one of {allowed})",
                 )
             if st.subject == st.target:
                 _fail(f"{field}.target", "a relation's subject and target must be different objects")
@@ -414,10 +412,10 @@ def parse_prompt(record: Mapping[str, Any], *, default_id: str | None = None) ->
     elif category is None and record.get("tag") in {c.value for c in Category}:
         category = record["tag"]
     if category is not None and category not in {c.value for c in Category}:
-        raise SpecError(
-            f"unknown category {category!r} (expected one of {', '.join(c.value for c in Category)})", field="category"
-        )
-    tag = record.get("tag", category or "")
+        names = [c.value for c in Category]
+        hint = did_you_mean(category, names) if isinstance(category, str) else ""
+        raise SpecError(f"unknown category {category!r}{hint} (expected one of {', '.join(names)})", field="category")
+    tag = record.get("tag") or category or ""  # GenEval's tag; absent or empty: the category's name
 
     try:
         prompt = Prompt(

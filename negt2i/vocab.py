@@ -9,6 +9,8 @@ OVAD values the paper selects.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Final
 
@@ -115,6 +117,50 @@ CONVERSE: Final[dict[str, str]] = {
     "behind": "in front of",
 }
 """The predicate that holds for (B, A) when a predicate holds for (A, B)."""
+
+SETTINGS: Final[tuple[tuple[int, int], ...]] = ((1, 0), (2, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2))
+"""The eight polarity settings (positive, negated) of the corpus, in the paper's order."""
+
+
+def setting_name(positive: int, negated: int) -> str:
+    """The polarity setting ``pos{P}_neg{N}``."""
+    return f"pos{positive}_neg{negated}"
+
+
+SETTING_NAMES: Final[tuple[str, ...]] = tuple(setting_name(p, n) for p, n in SETTINGS)
+"""The eight settings' names ``pos{P}_neg{N}`` (a prompt's setting counts its statements)."""
+
+CASE_RULE: Final[str] = (
+    "Names are matched exactly (case-sensitive, single spaces, as listed); a near miss is refused "
+    "with the canonical spelling suggested, never normalised silently."
+)
+"""How class names, values, predicates and category names are matched (published in the API's vocabulary)."""
+
+
+def _fold(word: str) -> str:
+    return " ".join(word.replace("_", " ").replace("-", " ").split()).casefold()
+
+
+def suggest(word: str, vocabulary: Iterable[str]) -> str | None:
+    """The canonical spelling a refused ``word`` most likely meant, or None.
+
+    First a match ignoring case, repeated / surrounding blanks and ``_`` / ``-`` for a blank
+    (``"Computer_Mouse"`` -> ``"computer mouse"``); else the closest name by
+    ``difflib.get_close_matches`` (cutoff 0.8; ``"compter mouse"`` -> ``"computer mouse"``).
+    """
+    names = list(vocabulary)
+    folded = _fold(word)
+    for name in names:
+        if _fold(name) == folded:
+            return name
+    close = difflib.get_close_matches(folded, names, n=1, cutoff=0.8)
+    return close[0] if close else None
+
+
+def did_you_mean(word: str, vocabulary: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for a refused ``word`` with a likely canonical spelling, else ``""``."""
+    hit = suggest(word, vocabulary)
+    return f"; did you mean {hit!r}?" if hit is not None and hit != word else ""
 
 
 def category_of_predicate(predicate: str) -> Category:

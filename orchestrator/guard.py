@@ -73,7 +73,16 @@ def add_evaluator(servicer: Any, server: grpc.aio.Server) -> None:
             request_deserializer=_tolerant(evaluator_pb2.GetServiceInfoRequest),
             response_serializer=evaluator_pb2.ServiceInfo.SerializeToString,
         ),
+        "GetVocabulary": grpc.unary_unary_rpc_method_handler(
+            servicer.GetVocabulary,
+            request_deserializer=_tolerant(evaluator_pb2.GetVocabularyRequest),
+            response_serializer=evaluator_pb2.Vocabulary.SerializeToString,
+        ),
     }
-    name = evaluator_pb2.DESCRIPTOR.services_by_name["Evaluator"].full_name
+    service = evaluator_pb2.DESCRIPTOR.services_by_name["Evaluator"]
+    missing = sorted({m.name for m in service.methods} - set(handlers))
+    if missing:  # a new rpc in evaluator.proto must be routed here too
+        raise RuntimeError(f"no handler for {', '.join(missing)}")
+    name = service.full_name
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
     server.add_registered_method_handlers(name, handlers)

@@ -293,7 +293,14 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             limits=self._limits(),
             corpus_prompts=len(self.corpus),
             rules_json=json.dumps(self.config.record(), separators=(",", ":")),
+            vocabulary=adapter.vocabulary_to_proto(),
         )
+
+    async def GetVocabulary(
+        self, request: evaluator_pb2.GetVocabularyRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> evaluator_pb2.Vocabulary:
+        """The vocabulary prompts may use (``ServiceInfo.vocabulary``; docs/api.md)."""
+        return adapter.vocabulary_to_proto()
 
 
 def _invalid(kind: FailureKind, message: str, field: str) -> Failure:

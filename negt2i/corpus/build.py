@@ -38,12 +38,8 @@ from negt2i.corpus.balancing import least_used
 from negt2i.corpus.selectors import Pair, PlausibilitySelector
 from negt2i.corpus.templates import AttributeSelection, RelationSelection, attribute_prompt, relation_prompt
 from negt2i.spec import Polarity, Prompt, dumps_prompt, setting_name
-from negt2i.vocab import BENCHMARK_CLASSES, VALUES, Category
+from negt2i.vocab import BENCHMARK_CLASSES, SETTING_NAMES, SETTINGS, VALUES, Category
 
-SETTINGS: Final[tuple[tuple[int, int], ...]] = ((1, 0), (2, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 1), (2, 2))
-"""The eight polarity settings (positive, negated), in the paper's order."""
-
-SETTING_NAMES: Final[tuple[str, ...]] = tuple(setting_name(p, n) for p, n in SETTINGS)
 PROMPTS_PER_CELL: Final[int] = 100
 CATEGORIES: Final[tuple[Category, ...]] = tuple(Category)
 FORMAT: Final[str] = "negt2ibench-corpus/1"

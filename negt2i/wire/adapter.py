@@ -41,7 +41,18 @@ from negt2i.spec import (
 )
 from negt2i.stages.base import Image, ModelInfo, OperatingPoint
 from negt2i.verdict import FailureCause, RowFailure, Verdict
-from negt2i.vocab import Category
+from negt2i.vocab import (
+    ANSWERS,
+    BENCHMARK_CLASSES,
+    CASE_RULE,
+    COCO_CLASSES,
+    DEAD_ZONE_CATEGORIES,
+    OVER_COUNT_EXEMPT,
+    PREDICATES,
+    SETTING_NAMES,
+    VALUES,
+    Category,
+)
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
 
 CONTRACT: Final = "negt2i.v1"
@@ -409,15 +420,41 @@ _POLARITY_TO: Final[dict[Polarity, int]] = {
 _POLARITY_FROM: Final[dict[int, Polarity]] = {v: k for k, v in _POLARITY_TO.items()}
 
 
+SAME_TEXT_KEY: Final = "same_text_as"
+"""The record key of ``PromptSpec.same_text_as`` (``negt2i.corpus.control``; kept in ``Prompt.extra``)."""
+_COMPAT_EXTRA_KEYS: Final = frozenset({"setting", "exclude", SAME_TEXT_KEY})
+"""Record keys with a ``PromptSpec`` field that ``extra_json`` still accepts (clients of earlier servers)."""
+_FIELD_OF_KEY: Final[dict[str, str]] = {
+    "id": "id",
+    "prompt": "prompt",
+    "category": "category",
+    "tag": "tag",
+    "include": "objects",
+    "statements": "statements",
+    "probes": "probes",
+    "source_id": "source_id",
+    "form": "form",
+}
+"""Record keys that have their own ``PromptSpec`` field and are refused inside ``extra_json``."""
+
+
 def prompt_to_proto(prompt: Prompt) -> evaluator_pb2.PromptSpec:
-    """Inline prompt metadata."""
+    """Inline prompt metadata: every record key in its own field, ``extra_json`` only for unknown keys."""
+    extra = dict(prompt.extra)
+    same_text_as = extra.pop(SAME_TEXT_KEY, None)
+    if not isinstance(same_text_as, str):  # not the corpus's key (a string): travels as an unknown key
+        if same_text_as is not None:
+            extra[SAME_TEXT_KEY] = same_text_as
+        same_text_as = ""
     msg = evaluator_pb2.PromptSpec(
         id=prompt.id,
         prompt=prompt.prompt,
         category=_CATEGORY_TO[prompt.category],  # type: ignore[arg-type]
         tag=prompt.tag,
         objects=[evaluator_pb2.ObjectSpec(class_name=o.class_name, count=o.count) for o in prompt.objects],
-        extra_json=json.dumps(prompt.extra, sort_keys=True, separators=(",", ":")) if prompt.extra else "",
+        extra_json=json.dumps(extra, sort_keys=True, separators=(",", ":")) if extra else "",
+        setting=prompt.setting,
+        same_text_as=same_text_as,
     )
     for statements, into in ((prompt.statements, msg.statements), (prompt.probes, msg.probes)):
         for st in statements:
@@ -458,16 +495,33 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
             raise WireError(f"nested deeper than {MAX_EXTRA_DEPTH} levels", field=f"{field}.extra_json") from None
         if not isinstance(extra, dict):
             raise WireError("must be a JSON object", field=f"{field}.extra_json")
+        for key in extra:
+            if key in _FIELD_OF_KEY:
+                raise WireError(
+                    f"the record key {key!r} has its own field ({field}.{_FIELD_OF_KEY[key]}); extra_json is only "
+                    "for keys without one",
+                    field=f"{field}.extra_json",
+                )
         record.update(extra)
+    for key, value in (("setting", msg.setting), (SAME_TEXT_KEY, msg.same_text_as)):
+        if value:
+            if key in record and record[key] != value:
+                raise WireError(f"extra_json's {key!r} disagrees with the field", field=f"{field}.{key}")
+            record[key] = value
+    if len(msg.exclude):
+        if "exclude" in record:
+            raise WireError("exclude is set both as a field and in extra_json", field=f"{field}.exclude")
+        record["exclude"] = [{"class": o.class_name, "count": o.count} for o in msg.exclude]
     record.update(
         {
             "id": msg.id,
             "prompt": msg.prompt,
-            "tag": msg.tag,
-            "include": [{"class": o.class_name, "count": o.count} for o in msg.objects],
+            "include": [{"class": o.class_name, "count": o.count or 1} for o in msg.objects],
             "statements": statements,
         }
     )
+    if msg.tag:
+        record["tag"] = msg.tag
     if probes:
         record["probes"] = probes
     if msg.source_id:
@@ -481,7 +535,9 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
     try:
         return parse_prompt(record)
     except SpecError as exc:
-        where = exc.field.replace("include", "objects").replace("extra", "extra_json") if exc.field else ""
+        where = exc.field.replace("include", "objects") if exc.field else ""
+        if where == "extra":
+            where = "extra_json"
         raise WireError(exc.message, field=f"{field}.{where}" if where else field) from None
 
 
@@ -511,6 +567,31 @@ def _statements_from_proto(msgs: Sequence[evaluator_pb2.Statement], where_prefix
         else:
             raise WireError("a statement needs an attribute or a relation", field=where)
     return statements
+
+
+def vocabulary_to_proto() -> evaluator_pb2.Vocabulary:
+    """The published vocabulary (``GetVocabulary``, ``ServiceInfo.vocabulary``), from ``negt2i.vocab``."""
+    categories = []
+    for category in Category:
+        categories.append(
+            evaluator_pb2.CategoryVocabulary(
+                category=_CATEGORY_TO[category],  # type: ignore[arg-type]
+                name=category.value,
+                statement_kind="attribute" if category.is_attribute else "relation",
+                values=VALUES.get(category, ()),
+                answers=ANSWERS.get(category, ()),
+                predicates=PREDICATES.get(category, ()),
+                dead_zone=category in DEAD_ZONE_CATEGORIES,
+            )
+        )
+    return evaluator_pb2.Vocabulary(
+        classes=COCO_CLASSES,
+        benchmark_classes=BENCHMARK_CLASSES,
+        over_count_exempt=sorted(OVER_COUNT_EXEMPT),
+        categories=categories,
+        settings=SETTING_NAMES,
+        case_rule=CASE_RULE,
+    )
 
 
 # --------------------------------------------------------------------------- verdicts

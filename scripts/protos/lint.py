@@ -4,6 +4,8 @@
 with source info and reports:
 
 - a package that is not versioned (``name.v1``) or does not match the file's folder;
+- a file without the packaging options other languages need (``REQUIRED_OPTIONS``: ``go_package``,
+  ``java_package``, ``java_multiple_files``, ``csharp_namespace``);
 - a message, field, oneof, enum, enum value, service or RPC without a leading comment;
 - an enum whose zero value is not ``<ENUM_NAME>_UNSPECIFIED``, or a value without the enum's prefix;
 - names off the style guide: messages / enums / services / RPCs in PascalCase, fields in lower_snake_case,
@@ -24,6 +26,8 @@ PACKAGE_RE: Final = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*\.v[0-9]+$"
 PASCAL_RE: Final = re.compile(r"^[A-Z][A-Za-z0-9]*$")
 SNAKE_RE: Final = re.compile(r"^[a-z][a-z0-9_]*$")
 UPPER_RE: Final = re.compile(r"^[A-Z][A-Z0-9_]*$")
+REQUIRED_OPTIONS: Final = ("go_package", "java_package", "java_multiple_files", "csharp_namespace")
+"""File options every ``.proto`` must set (FileOptions field names)."""
 
 # FileDescriptorProto / DescriptorProto / EnumDescriptorProto / ServiceDescriptorProto field numbers
 _MESSAGE, _ENUM, _SERVICE = 4, 5, 6
@@ -72,6 +76,9 @@ def lint_file(fd: descriptor_pb2.FileDescriptorProto) -> list[str]:
         problems.append(f"{fd.name}: package {fd.package!r} is not versioned (e.g. negt2i.v1)")
     elif str(Path(fd.name).parent).replace("/", ".") != fd.package:
         problems.append(f"{fd.name}: package {fd.package!r} does not match the file's folder")
+    for option in REQUIRED_OPTIONS:
+        if not fd.options.HasField(option):
+            problems.append(f"{fd.name}: missing option {option}")
 
     def enum(e: descriptor_pb2.EnumDescriptorProto, path: tuple[int, ...], scope: str) -> None:
         what = f"enum {scope}{e.name}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -246,6 +247,29 @@ def test_report_writes_every_format(files: dict[str, Path], tmp_path: Path, caps
     assert "Negation following: prompt vs control" in page and "Wording robustness: accuracy difference" in page
     assert (out / "plots" / "negation-following.png").stat().st_size > 1000
     assert not any("error lines whose prompt has no judged image" in w for w in report["warnings"])
+
+
+def _documented_columns(name: str) -> list[str]:
+    """The column list ``docs/report.md`` gives for the probe CSV ``name`` (a published format)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "report.md").read_text()
+    match = re.search(rf"- `{re.escape(name)}`: `([^`]+)`", doc)
+    assert match, f"docs/report.md lists no columns for {name}"
+    return [c.strip() for c in match.group(1).split(",")]
+
+
+def test_probe_csv_headers_are_the_documented_ones(files: dict[str, Path], tmp_path: Path, capsys) -> None:
+    """The CSV headers are a published format: renaming or reordering a column must fail here."""
+    out = tmp_path / "rep"
+    argv = ["report", f"m={files['main']}", "--control", f"m={files['control']}"]
+    code = _report([*argv, "--paraphrase", f"m={files['paraphrase']}", "--out", str(out), "--bootstrap", "50"])
+    assert code == 0, capsys.readouterr().err
+    for name in ("negation_following.csv", "wording_robustness.csv"):
+        with (out / name).open() as fh:
+            header = next(csv.reader(fh))
+        assert header == _documented_columns(name)
+    assert _documented_columns("negation_following.csv")[:3] == ["model", "category", "polarity"]
+    last = ["difference_pts", "difference_ci_low", "difference_ci_high"]
+    assert _documented_columns("wording_robustness.csv")[-3:] == last
 
 
 def test_report_refuses_unpaired_or_misnamed_probe_results(files: dict[str, Path], tmp_path: Path, capsys) -> None:

@@ -58,6 +58,9 @@ def test_the_lint_catches_what_buf_would(tmp_path: Path):
         "enum Colour.RED: value must start with COLOUR_",
         "rpc Things.get: missing comment",
         "rpc Things.get: name is not PascalCase",
+        "negt2i/bad.proto: missing option go_package",
+        "negt2i/bad.proto: missing option java_package",
+        "negt2i/bad.proto: missing option csharp_namespace",
     ]:
         assert needle in problems
 

@@ -20,4 +20,9 @@ def _load(name: str) -> ModuleType:
 
 
 codegen = _load("codegen")
-lint = _load("lint").lint
+_lint = _load("lint")
+lint = _lint.lint
+compile_protos = _lint.compile_protos
+schemas = _load("schemas")
+dist = _load("dist")
+breaking = _load("breaking")

@@ -92,7 +92,8 @@ GRPC: list[dict[str, Any]] = [
     _g("prompt without objects", _p(objects=None, statements=None), field="prompt"),
     _g("unknown class", _p(objects=[{"class_name": "unicorn", "count": 1}, HORSE]), field="objects[0]"),
     _g("class named twice", _p(objects=[DOG, DOG]), field="objects[1]"),
-    _g("count 0", _p(objects=[{"class_name": "dog", "count": 0}, HORSE]), field="prompt"),
+    _g("exclude that is not the over-count rule", _p(exclude=[{"class_name": "dog", "count": 5}]),
+       field="prompt.exclude[0]"),
     _g("negative count", _p(objects=[{"class_name": "dog", "count": -3}, HORSE]), field="prompt"),
     _g("count 2 on an object a statement uses",
        _p(objects=[{"class_name": "dog", "count": 2}, HORSE]), field="count"),
@@ -130,6 +131,8 @@ GRPC: list[dict[str, Any]] = [
     _g("extra_json nested 40 deep", _p(extra_json={"$nest": 40}), field="extra_json"),
     _g("extra_json of 100 KB", _p(extra_json={"$extra_bytes": 100_000}), field="extra_json"),
     _g("extra_json restating a wrong setting", _p(extra_json='{"setting": "pos3_neg0"}'), field="setting"),
+    _g("setting that disagrees with the statements", _p(setting="pos3_neg0"), field="prompt.setting"),
+    _g("extra_json naming a key that has a field", _p(extra_json='{"category": "color"}'), field="extra_json"),
 ]
 # fmt: on
 

@@ -125,6 +125,22 @@ def test_service_info_names_every_stage_model(orchestrator: Proc, stage_procs: d
     assert info.limits.max_message_bytes == 4 << 20 and info.limits.max_image_bytes == 2 << 20
 
 
+def test_the_vocabulary_is_published(orchestrator: Proc):
+    from negt2i import vocab
+
+    with EvaluatorClient(orchestrator.target) as client:
+        info = client.info()
+        answer = client.stub.GetVocabulary(evaluator_pb2.GetVocabularyRequest(), timeout=30, metadata=client.metadata)
+    assert answer == info.vocabulary == adapter.vocabulary_to_proto()
+    assert list(answer.classes) == list(vocab.COCO_CLASSES) and "computer mouse" in answer.classes
+    by_name = {c.name: c for c in answer.categories}
+    assert list(by_name) == [c.value for c in vocab.Category]
+    assert list(by_name["material"].values) == ["wooden", "metal", "plastic", "glass"]
+    assert list(by_name["depth"].predicates) == ["in front of", "behind"] and by_name["depth"].dead_zone
+    assert "gray" in by_name["color"].answers and "gray" not in by_name["color"].values
+    assert len(answer.settings) == 8 and "case-sensitive" in answer.case_rule
+
+
 def test_reflection_lists_the_services(orchestrator: Proc):
     from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
@@ -134,7 +150,7 @@ def test_reflection_lists_the_services(orchestrator: Proc):
         assert {"negt2i.v1.Evaluator", "grpc.health.v1.Health"} <= names
         desc = db.FindFileContainingSymbol("negt2i.v1.Evaluator")
         assert desc.package == "negt2i.v1" and [m.name for m in desc.service[0].method] == [
-            "Evaluate", "EvaluateStream", "GetServiceInfo"
+            "Evaluate", "EvaluateStream", "GetServiceInfo", "GetVocabulary"
         ]  # fmt: skip
 
 
@@ -165,6 +181,14 @@ def _unknown_class(req: evaluator_pb2.EvaluateRequest) -> None:
     req.prompt.objects[0].class_name = "unicorn"
 
 
+def _wrong_case_class(req: evaluator_pb2.EvaluateRequest) -> None:
+    req.prompt.objects[0].class_name = "Dog"
+
+
+def _wrong_case_predicate(req: evaluator_pb2.EvaluateRequest) -> None:
+    req.prompt.statements[0].relation.predicate = "In  Front of"
+
+
 def _unknown_predicate(req: evaluator_pb2.EvaluateRequest) -> None:
     req.prompt.statements[0].relation.predicate = "beside"
 
@@ -181,6 +205,8 @@ def _bad_index(req: evaluator_pb2.EvaluateRequest) -> None:
         (bomb_png(), None, "image.data: image is 40000 x 40000 = 1600000000 pixels, above the limit"),
         (encoded(np.zeros((8, 8, 3), np.uint8), "TIFF"), None, "not a PNG, JPEG or WebP image (the file is TIFF)"),
         (DOG_HORSE, _unknown_class, "prompt.objects[0].class: unknown class 'unicorn'"),
+        (DOG_HORSE, _wrong_case_class, "unknown class 'Dog' (not one of the 80 COCO classes; did you mean 'dog'?)"),
+        (DOG_HORSE, _wrong_case_predicate, "unknown predicate 'In  Front of' for category depth; did you mean"),
         (DOG_HORSE, _unknown_predicate, "unknown predicate 'beside'"),
         (DOG_HORSE, _bad_index, "points at object 7"),
     ],

@@ -200,16 +200,18 @@ Global___FailureKind: _TypeAlias = FailureKind  # noqa: Y015
 
 @_typing.final
 class ObjectSpec(_message.Message):
-    """An object a prompt names."""
+    """An object a prompt names (a record's "include" entry; also a GenEval "exclude" entry)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
     CLASS_NAME_FIELD_NUMBER: _builtins.int
     COUNT_FIELD_NUMBER: _builtins.int
     class_name: _builtins.str
-    """COCO class in GenEval's spelling, e.g. "computer mouse"."""
+    """COCO class in GenEval's spelling, e.g. "computer mouse" (Vocabulary.classes; matched exactly)."""
     count: _builtins.int
-    """How many instances the prompt asks for (>= 1)."""
+    """How many instances the prompt asks for. 0 (not set) means 1, as in a record without "count";
+    negative values are rejected.
+    """
     def __init__(
         self,
         *,
@@ -332,6 +334,9 @@ class PromptSpec(_message.Message):
     PROBES_FIELD_NUMBER: _builtins.int
     SOURCE_ID_FIELD_NUMBER: _builtins.int
     FORM_FIELD_NUMBER: _builtins.int
+    SETTING_FIELD_NUMBER: _builtins.int
+    EXCLUDE_FIELD_NUMBER: _builtins.int
+    SAME_TEXT_AS_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Prompt id, e.g. "color-pos0_neg1-000"."""
     prompt: _builtins.str
@@ -339,13 +344,25 @@ class PromptSpec(_message.Message):
     category: Global___Category.ValueType
     """The category (unspecified only for prompts without statements)."""
     tag: _builtins.str
-    """GenEval's tag (defaults to the category's name)."""
+    """GenEval's tag; "" (not set) means the category's name, e.g. "color" ("" without a category)."""
     extra_json: _builtins.str
-    """Unknown record keys kept verbatim, as a JSON object ("" when none)."""
+    """Record keys this message has no field for, kept verbatim, as a JSON object ("" when none);
+    echoed into the results file's metadata. Keys that have a field here are refused in it, except
+    "setting", "exclude" and "same_text_as" (accepted for clients of earlier servers; must agree with
+    the field when both are set).
+    """
     source_id: _builtins.str
     """The corpus prompt a control / paraphrase prompt was made from ("" when none)."""
     form: _builtins.str
     """The wording of a paraphrase prompt ("" when none)."""
+    setting: _builtins.str
+    """The polarity setting "pos{P}_neg{N}" (P positive, N negated statements). "" (not set): computed
+    from the statements; when set it must agree with them (INVALID_ARGUMENT otherwise).
+    """
+    same_text_as: _builtins.str
+    """The id of an earlier prompt of the same file with the same text (probe sets; "" when none): a
+    generator may reuse that prompt's images.
+    """
     @_builtins.property
     def objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectSpec]:
         """The named objects (at least one)."""
@@ -358,6 +375,13 @@ class PromptSpec(_message.Message):
     def probes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Statement]:
         """Probes: statements measured and recorded in Verdict.probes, never part of correctness
         (a control prompt keeps its source prompt's statements here).
+        """
+
+    @_builtins.property
+    def exclude(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectSpec]:
+        """GenEval's "exclude" entries. Only restatements of the over-count rule are accepted (the class of
+        an objects entry with count one more than that entry's count); they change nothing, since every
+        named object is over-count checked anyway. Anything else is INVALID_ARGUMENT.
         """
 
     def __init__(
@@ -373,10 +397,13 @@ class PromptSpec(_message.Message):
         probes: _abc.Iterable[Global___Statement] | None = ...,
         source_id: _builtins.str = ...,
         form: _builtins.str = ...,
+        setting: _builtins.str = ...,
+        exclude: _abc.Iterable[Global___ObjectSpec] | None = ...,
+        same_text_as: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "extra_json", b"extra_json", "form", b"form", "id", b"id", "objects", b"objects", "probes", b"probes", "prompt", b"prompt", "source_id", b"source_id", "statements", b"statements", "tag", b"tag"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "exclude", b"exclude", "extra_json", b"extra_json", "form", b"form", "id", b"id", "objects", b"objects", "probes", b"probes", "prompt", b"prompt", "same_text_as", b"same_text_as", "setting", b"setting", "source_id", b"source_id", "statements", b"statements", "tag", b"tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -468,7 +495,9 @@ class ObjectVerdict(_message.Message):
     exempt: _builtins.bool
     """Exempt from the over-count rule (skis)."""
     measurements_json: _builtins.str
-    """The evidence of presence and count (kept detections with scores, thresholds), as a JSON object."""
+    """The evidence of presence and count (kept detections with scores, thresholds), as a JSON object
+    (JSON Schema: negt2i/v1/schemas/object-measurements.schema.json).
+    """
     @_builtins.property
     def detections(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Detector indices of the counted instances."""
@@ -561,7 +590,9 @@ class StatementVerdict(_message.Message):
     dead_zone: _builtins.bool
     """A negated statement passing with an empty fired set."""
     measurements_json: _builtins.str
-    """The rule's measurements, as a JSON object."""
+    """The rule's measurements, as a JSON object, by its "rule" key
+    (JSON Schema: negt2i/v1/schemas/statement-measurements.schema.json).
+    """
     @_builtins.property
     def objects(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Indices of the objects it refers to."""
@@ -632,7 +663,9 @@ class Verdict(_message.Message):
     failure_class: Global___RowFailure.ValueType
     """Row-level failure class (unspecified when correct)."""
     config_json: _builtins.str
-    """The rule config record (name, digest and every constant), as a JSON object."""
+    """The rule config record (name, digest and every constant), as a JSON object
+    (JSON Schema: negt2i/v1/schemas/rule-config.schema.json).
+    """
     evaluator_version: _builtins.str
     """Version of the evaluator that judged."""
     source_id: _builtins.str
@@ -1007,6 +1040,7 @@ class ServiceInfo(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     CORPUS_PROMPTS_FIELD_NUMBER: _builtins.int
     RULES_JSON_FIELD_NUMBER: _builtins.int
+    VOCABULARY_FIELD_NUMBER: _builtins.int
     api_version: _builtins.str
     """API version, "negt2i.v1"."""
     orchestrator_version: _builtins.str
@@ -1018,7 +1052,9 @@ class ServiceInfo(_message.Message):
     corpus_prompts: _builtins.int
     """Number of corpus prompts that prompt_id can refer to."""
     rules_json: _builtins.str
-    """The rule config record (name, digest and every constant), as a JSON object."""
+    """The rule config record (name, digest and every constant), as a JSON object
+    (JSON Schema: negt2i/v1/schemas/rule-config.schema.json).
+    """
     @_builtins.property
     def stages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.StageService]:
         """The stage services and their models."""
@@ -1026,6 +1062,10 @@ class ServiceInfo(_message.Message):
     @_builtins.property
     def limits(self) -> Global___ServerLimits:
         """Enforced limits."""
+
+    @_builtins.property
+    def vocabulary(self) -> Global___Vocabulary:
+        """The vocabulary prompts may use (also answered by GetVocabulary)."""
 
     def __init__(
         self,
@@ -1038,11 +1078,139 @@ class ServiceInfo(_message.Message):
         limits: Global___ServerLimits | None = ...,
         corpus_prompts: _builtins.int = ...,
         rules_json: _builtins.str = ...,
+        vocabulary: Global___Vocabulary | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "vocabulary", b"vocabulary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "corpus_prompts", b"corpus_prompts", "limits", b"limits", "orchestrator_version", b"orchestrator_version", "rules_digest", b"rules_digest", "rules_json", b"rules_json", "rules_name", b"rules_name", "stages", b"stages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["api_version", b"api_version", "corpus_prompts", b"corpus_prompts", "limits", b"limits", "orchestrator_version", b"orchestrator_version", "rules_digest", b"rules_digest", "rules_json", b"rules_json", "rules_name", b"rules_name", "stages", b"stages", "vocabulary", b"vocabulary"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ServiceInfo: _TypeAlias = ServiceInfo  # noqa: Y015
+
+@_typing.final
+class GetVocabularyRequest(_message.Message):
+    """GetVocabulary takes no arguments."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetVocabularyRequest: _TypeAlias = GetVocabularyRequest  # noqa: Y015
+
+@_typing.final
+class Vocabulary(_message.Message):
+    """The published vocabulary (negt2i/vocab.py is its one source). Every name is matched exactly:
+    case-sensitive, words separated by one space, as listed here (see case_rule).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CLASSES_FIELD_NUMBER: _builtins.int
+    BENCHMARK_CLASSES_FIELD_NUMBER: _builtins.int
+    OVER_COUNT_EXEMPT_FIELD_NUMBER: _builtins.int
+    CATEGORIES_FIELD_NUMBER: _builtins.int
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    CASE_RULE_FIELD_NUMBER: _builtins.int
+    case_rule: _builtins.str
+    """How names are matched, in words."""
+    @_builtins.property
+    def classes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The 80 COCO classes in COCO's category order, spelled as GenEval spells them
+        (e.g. "computer mouse", "tv remote"); ObjectSpec.class_name must be one of them.
+        """
+
+    @_builtins.property
+    def benchmark_classes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The 79 classes the benchmark's own prompts use (classes without "person")."""
+
+    @_builtins.property
+    def over_count_exempt(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Classes exempt from the over-count rule ("skis")."""
+
+    @_builtins.property
+    def categories(self) -> _containers.RepeatedCompositeFieldContainer[Global___CategoryVocabulary]:
+        """The six categories, in the Category enum's order, with what their statements may name."""
+
+    @_builtins.property
+    def settings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The corpus's eight polarity settings "pos{P}_neg{N}", in the paper's order
+        (PromptSpec.setting may name any P and N; these are the ones the corpus has).
+        """
+
+    def __init__(
+        self,
+        *,
+        classes: _abc.Iterable[_builtins.str] | None = ...,
+        benchmark_classes: _abc.Iterable[_builtins.str] | None = ...,
+        over_count_exempt: _abc.Iterable[_builtins.str] | None = ...,
+        categories: _abc.Iterable[Global___CategoryVocabulary] | None = ...,
+        settings: _abc.Iterable[_builtins.str] | None = ...,
+        case_rule: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["benchmark_classes", b"benchmark_classes", "case_rule", b"case_rule", "categories", b"categories", "classes", b"classes", "over_count_exempt", b"over_count_exempt", "settings", b"settings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Vocabulary: _TypeAlias = Vocabulary  # noqa: Y015
+
+@_typing.final
+class CategoryVocabulary(_message.Message):
+    """What one category's statements may name."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CATEGORY_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    STATEMENT_KIND_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    ANSWERS_FIELD_NUMBER: _builtins.int
+    PREDICATES_FIELD_NUMBER: _builtins.int
+    DEAD_ZONE_FIELD_NUMBER: _builtins.int
+    category: Global___Category.ValueType
+    """The category."""
+    name: _builtins.str
+    """Its name in prompt records and results files, e.g. "color"."""
+    statement_kind: _builtins.str
+    """"attribute" (statements carry a value: AttributeStatement) or "relation" (RelationStatement)."""
+    dead_zone: _builtins.bool
+    """Whether the rule may fire nothing (directional, comparative, depth): a dead zone."""
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Attribute categories: the values AttributeStatement.value may name, e.g. the ten colors."""
+
+    @_builtins.property
+    def answers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Attribute categories: the values the attribute stage scores (values, plus "gray" for color)."""
+
+    @_builtins.property
+    def predicates(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Relation categories: the predicates RelationStatement.predicate may name, e.g. "left of"."""
+
+    def __init__(
+        self,
+        *,
+        category: Global___Category.ValueType = ...,
+        name: _builtins.str = ...,
+        statement_kind: _builtins.str = ...,
+        values: _abc.Iterable[_builtins.str] | None = ...,
+        answers: _abc.Iterable[_builtins.str] | None = ...,
+        predicates: _abc.Iterable[_builtins.str] | None = ...,
+        dead_zone: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answers", b"answers", "category", b"category", "dead_zone", b"dead_zone", "name", b"name", "predicates", b"predicates", "statement_kind", b"statement_kind", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CategoryVocabulary: _TypeAlias = CategoryVocabulary  # noqa: Y015

@@ -50,6 +50,11 @@ class EvaluatorStub:
                 request_serializer=negt2i_dot_v1_dot_evaluator__pb2.GetServiceInfoRequest.SerializeToString,
                 response_deserializer=negt2i_dot_v1_dot_evaluator__pb2.ServiceInfo.FromString,
                 _registered_method=True)
+        self.GetVocabulary = channel.unary_unary(
+                '/negt2i.v1.Evaluator/GetVocabulary',
+                request_serializer=negt2i_dot_v1_dot_evaluator__pb2.GetVocabularyRequest.SerializeToString,
+                response_deserializer=negt2i_dot_v1_dot_evaluator__pb2.Vocabulary.FromString,
+                _registered_method=True)
 
 
 class EvaluatorServicer:
@@ -80,6 +85,14 @@ class EvaluatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetVocabulary(self, request, context):
+        """The vocabulary prompts may use: classes, categories with their values or predicates, settings
+        (the same message as ServiceInfo.vocabulary).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EvaluatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -97,6 +110,11 @@ def add_EvaluatorServicer_to_server(servicer, server):
                     servicer.GetServiceInfo,
                     request_deserializer=negt2i_dot_v1_dot_evaluator__pb2.GetServiceInfoRequest.FromString,
                     response_serializer=negt2i_dot_v1_dot_evaluator__pb2.ServiceInfo.SerializeToString,
+            ),
+            'GetVocabulary': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVocabulary,
+                    request_deserializer=negt2i_dot_v1_dot_evaluator__pb2.GetVocabularyRequest.FromString,
+                    response_serializer=negt2i_dot_v1_dot_evaluator__pb2.Vocabulary.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -181,6 +199,33 @@ class Evaluator:
             '/negt2i.v1.Evaluator/GetServiceInfo',
             negt2i_dot_v1_dot_evaluator__pb2.GetServiceInfoRequest.SerializeToString,
             negt2i_dot_v1_dot_evaluator__pb2.ServiceInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVocabulary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/negt2i.v1.Evaluator/GetVocabulary',
+            negt2i_dot_v1_dot_evaluator__pb2.GetVocabularyRequest.SerializeToString,
+            negt2i_dot_v1_dot_evaluator__pb2.Vocabulary.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,6 +52,10 @@ class EvaluatorStub:
     """
     GetServiceInfo: _grpc.UnaryUnaryMultiCallable[_evaluator_pb2.GetServiceInfoRequest, _evaluator_pb2.ServiceInfo]
     """Versions of the orchestrator and of every stage model it is wired to."""
+    GetVocabulary: _grpc.UnaryUnaryMultiCallable[_evaluator_pb2.GetVocabularyRequest, _evaluator_pb2.Vocabulary]
+    """The vocabulary prompts may use: classes, categories with their values or predicates, settings
+    (the same message as ServiceInfo.vocabulary).
+    """
 
 @_typing.type_check_only
 class EvaluatorAsyncStub(EvaluatorStub):
@@ -68,6 +72,10 @@ class EvaluatorAsyncStub(EvaluatorStub):
     """
     GetServiceInfo: _aio.UnaryUnaryMultiCallable[_evaluator_pb2.GetServiceInfoRequest, _evaluator_pb2.ServiceInfo]  # type: ignore[assignment]
     """Versions of the orchestrator and of every stage model it is wired to."""
+    GetVocabulary: _aio.UnaryUnaryMultiCallable[_evaluator_pb2.GetVocabularyRequest, _evaluator_pb2.Vocabulary]  # type: ignore[assignment]
+    """The vocabulary prompts may use: classes, categories with their values or predicates, settings
+    (the same message as ServiceInfo.vocabulary).
+    """
 
 class EvaluatorServicer(metaclass=_abc_1.ABCMeta):
     """Scores generated images against NegT2IBench prompts."""
@@ -99,5 +107,15 @@ class EvaluatorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_evaluator_pb2.ServiceInfo, _abc.Awaitable[_evaluator_pb2.ServiceInfo]]:
         """Versions of the orchestrator and of every stage model it is wired to."""
+
+    @_abc_1.abstractmethod
+    def GetVocabulary(
+        self,
+        request: _evaluator_pb2.GetVocabularyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluator_pb2.Vocabulary, _abc.Awaitable[_evaluator_pb2.Vocabulary]]:
+        """The vocabulary prompts may use: classes, categories with their values or predicates, settings
+        (the same message as ServiceInfo.vocabulary).
+        """
 
 def add_EvaluatorServicer_to_server(servicer: EvaluatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
