@@ -234,10 +234,13 @@ class RFDETRDetector:
         filtered = any(wanted) or max_per_class > 0
         with self._lock:
             self._post.request = [(w, max_per_class) for w in wanted] if filtered else None
+            self._post.counts = []
             try:
                 with precision(self.model.model.device, self.dtype):
                     preds = self.model.predict([np.ascontiguousarray(im) for im in images], **kwargs)
-                counts = list(self._post.counts) if filtered else [{} for _ in images]
+                counts = list(self._post.counts)
+                if len(counts) != len(images):  # the hook did not run: unfiltered rows, the caller filters them
+                    counts = [{} for _ in images]
             finally:
                 self._post.request = None
         if not isinstance(preds, list):
