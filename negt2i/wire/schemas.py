@@ -197,7 +197,7 @@ def _schema(model: type[BaseModel], name: str, title: str, description: str) -> 
     body = model.model_json_schema(by_alias=True, mode="serialization")
     if model is StatementMeasurements:  # the union itself, not the wrapper object
         defs = body.pop("$defs")
-        body = {**body["properties"]["measurements"], "$defs": defs}
+        body = {"oneOf": body["properties"]["measurements"]["anyOf"], "$defs": defs}  # exactly one shape fits
     if model is RuleConfig:  # RuleConfig.record(): the model's fields and the digest
         digest = {"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "RuleConfig.digest()"}
         body["properties"] = {"name": body["properties"].pop("name"), "digest": digest, **body["properties"]}

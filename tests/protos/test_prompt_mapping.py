@@ -207,3 +207,25 @@ def test_the_guide_maps_every_record_key():
     fields = {f.name for f in evaluator_pb2.PromptSpec.DESCRIPTOR.fields}
     for name in fields:
         assert f"`{name}" in table, name
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```$", API_DOC.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
+
+
+def test_the_guides_worked_example_is_the_mapping():
+    """docs/api.md's example record and its PromptSpec (proto3 JSON) are what the table and the adapter give."""
+    record_text, spec_text = _blocks("json")[:2]
+    record, spec = json.loads(record_text), json.loads(spec_text)
+    want = json_format.ParseDict(spec, evaluator_pb2.PromptSpec())
+    assert literal(record) == want
+    assert adapter.prompt_to_proto(parse_prompt(record)) == want
+    assert record in _records(REPO / "data" / "negt2ibench.jsonl")
+
+
+def test_an_unset_category_is_the_tags_when_the_tag_names_one():
+    record = {k: v for k, v in prompt_records(1)[0].items() if k != "category"}
+    with pytest.raises(adapter.WireError, match=r"^prompt\.category: a prompt with statements needs a category"):
+        adapter.prompt_from_proto(literal(record))
+    tagged = adapter.prompt_from_proto(literal({**record, "tag": "color"}))
+    assert tagged.category is not None and tagged.category.value == "color" and tagged.tag == "color"
