@@ -12,6 +12,37 @@ if ! command -v "$PY" >/dev/null 2>&1; then
     echo "setup: $PY not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
     exit 1
 fi
+
+# The Node.js client (clients/node) that tests/clients runs against a real orchestrator: `npm ci` from its
+# committed package-lock.json (exact versions, no install scripts), again only when the lock file changed.
+# In CI (CI=true, as .ci/run sets) Node.js >= 18 and npm are required; elsewhere their absence is reported
+# and tests/clients is skipped.
+setup_node() {
+    local dir=clients/node why=""
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        why="node and npm not found"
+    elif ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 18 ? 0 : 1)'; then
+        why="node $(node --version) is older than 18"
+    fi
+    if [ -n "$why" ]; then
+        case "${CI:-}" in
+            1 | true | TRUE | True | yes)
+                echo "setup: $why; CI needs Node.js >= 18 and npm for the Node.js client tests (tests/clients)" >&2
+                exit 1
+                ;;
+        esac
+        echo "setup: $why: skipping $dir (tests/clients will be skipped; install Node.js >= 18 to run them)" >&2
+        return 0
+    fi
+    local key
+    key=$(cat "$dir/package.json" "$dir/package-lock.json" | sha256sum | cut -c1-16)
+    [ -f "$dir/node_modules/.setup-$key" ] && return 0
+    echo "setup: npm ci in $dir"
+    (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+    touch "$dir/node_modules/.setup-$key"
+}
+setup_node
+
 stamp_key=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 stamp=.venv/.setup-$stamp_key
 if [ -f "$stamp" ]; then
