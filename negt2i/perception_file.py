@@ -95,7 +95,10 @@ class PerceptionWriter:
         *,
         used_depth: bool | None = None,
     ) -> None:
-        record = perception_record(filename, sample, verdict, perception, used_depth=used_depth)
+        self.write_record(perception_record(filename, sample, verdict, perception, used_depth=used_depth))
+
+    def write_record(self, record: dict[str, Any]) -> None:
+        """Append a ``perception_record`` (made elsewhere, e.g. on a worker thread) as a whole line."""
         self._fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
         self._fh.flush()
 

@@ -4,9 +4,15 @@ For a batch of (prompt, image) pairs:
 
 1. ``detections = detector.detect(images)`` (batched over images);
 2. ``flow.begin`` per image validates them and plans the other stages' requests;
-3. refined masks (segmenter) and attribute scores per image, disparity batched
-   over the images that need it;
+3. refined masks (segmenter), attribute scores and disparity, each stage called
+   once for the images of the batch that need it (``refine_batch`` /
+   ``score_batch`` of ``negt2i.stages.base``: per image for a backend without
+   the batched method);
 4. ``flow.finish`` per image validates the answers and judges.
+
+The steps are ``Pipeline.detect`` (1), ``plan`` (2), ``answer`` (3) and ``judge``
+(4); ``perceive`` is 1-3. ``plan`` and ``judge`` call no stage: ``negt2i evaluate
+--workers N`` runs them on worker threads while the models run on other batches.
 
 Stages are anything implementing the protocols of ``negt2i.stages.base``: the
 in-process backends, or clients of remote stage services. Only the stages a
@@ -25,17 +31,31 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from negt2i import flow
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.failures import Failure, StageError
 from negt2i.perception import ImagePerception
 from negt2i.spec import Prompt
-from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Image, Segmenter
+from negt2i.stages.base import (
+    AttributeScorer,
+    BatchAttributeScorer,
+    BatchSegmenter,
+    DepthEstimator,
+    Detector,
+    Image,
+    RefineItem,
+    ScoreItem,
+    Segmenter,
+    refine_batch,
+    score_batch,
+)
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
 from negt2i.verdict import Verdict
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 @dataclass
@@ -105,10 +125,11 @@ def _as_failure(stage: str, exc: BaseException) -> Failure:
     return exc if isinstance(exc, Failure) else StageError(stage, f"{type(exc).__name__}: {exc}")
 
 
-def _batched(stage: str, fn: Callable[[list[Image]], list[T]], images: list[Image]) -> list[T | Failure]:
-    """``fn`` over the whole batch; if it fails, image by image so that one bad image fails alone."""
+def _batched(stage: str, fn: Callable[[list[A]], Sequence[T]], items: list[A]) -> list[T | Failure]:
+    """``fn`` over the whole batch (images, or per-image requests); if it fails, item by item so that one bad
+    image fails alone."""
     results: list[T | Failure] = []
-    for group in [images] if len(images) == 1 else [images, *([image] for image in images)]:
+    for group in [items] if len(items) == 1 else [items, *([item] for item in items)]:
         try:
             out = fn(group)
             if len(out) != len(group):
@@ -117,7 +138,7 @@ def _batched(stage: str, fn: Callable[[list[Image]], list[T]], images: list[Imag
             if len(group) == 1:
                 results.append(_as_failure(stage, exc))
             continue
-        if group is images:
+        if group is items:
             return list(out)
         results.extend(out)
     return results
@@ -130,78 +151,160 @@ _MISSING = {
 }
 
 
-def _call(stage: str, obj: Any, method: str, *args: Any) -> Any:
-    if obj is None:
-        raise StageError(stage, _MISSING[stage])
-    try:
-        return getattr(obj, method)(*args)
-    except Failure:
-        raise
-    except Exception as exc:
-        raise _as_failure(stage, exc) from exc
+@dataclass(eq=False)
+class Perceived:
+    """One batch on its way through the flow (``Pipeline.perceive`` = ``detect``, ``plan``, ``answer``): per
+    image, the detector's answer, the flow's planned requests, the other stages' answers, or the failure that
+    ends the image. ``Pipeline.plan`` and ``Pipeline.judge`` call no stage, so they can run on worker
+    threads while the models run on another batch."""
+
+    prompts: list[Prompt]
+    images: list[Image]
+    detected: list[Any]
+    """The detector's answer per image (checked by ``plan``), or its ``Failure``."""
+    requests: list[flow.StageRequests | None]
+    answers: list[dict[str, Any]]
+    failures: list[Failure | None]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def _refine(segmenter: Any, items: list[RefineItem]) -> list[NDArray[np.bool_]]:
+    return refine_batch(segmenter, items)
+
+
+def _score(scorer: Any, items: list[ScoreItem]) -> list[NDArray[np.float32]]:
+    return score_batch(scorer, items)
+
+
+def _disparity(depth: Any, images: list[Image]) -> list[NDArray[np.float32]]:
+    return list(depth.disparity(images))
 
 
 class Pipeline:
-    """Runs the per-image flow (``negt2i.flow``) over in-process stage objects, for batches of images."""
+    """Runs the per-image flow (``negt2i.flow``) over in-process stage objects, for batches of images.
+
+    Every stage is called once per batch with the images that need it (the detector and the depth
+    estimator take lists of images; the segmenter and the attribute scorer through ``refine_batch`` /
+    ``score_batch`` of ``negt2i.stages.base``, one call for the batch when the backend implements the
+    batched method, else one call per image). The verdicts are the same as with one image per call.
+    """
 
     def __init__(self, stages: Stages, config: RuleConfig = CURRENT) -> None:
         self.stages = stages
         self.config = config
 
     def run(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> list[ImageResult]:
-        """One ``ImageResult`` per (prompt, image) pair, in order."""
-        if len(prompts) != len(images):
-            raise ValueError(f"got {len(prompts)} prompts for {len(images)} images")
-        if not images:
-            return []
-        batch = list(images)
-        detected = _batched("detector", self.stages.detector.detect, batch)
-        failures: list[Failure | None] = [None] * len(batch)
-        requests: list[flow.StageRequests | None] = [None] * len(batch)
-        answers: list[dict[str, Any]] = [{} for _ in batch]
-        for i, (prompt, image, det) in enumerate(zip(prompts, batch, detected, strict=True)):
-            try:
-                if isinstance(det, Failure):
-                    raise det
-                req = requests[i] = flow.begin(prompt, det, _hw(image), self.config)
-                if req.refine is not None:
-                    r = req.refine
-                    answers[i]["refined"] = _call("segmenter", self.stages.segmenter, "refine", image, r.boxes,
-                                                  r.reference_masks)  # fmt: skip
-                if req.attributes is not None:
-                    a = req.attributes
-                    answers[i]["scores"] = _call("attributes", self.stages.attributes, "score", image, a.masks,
-                                                 list(a.class_names), a.answers)  # fmt: skip
-            except Failure as exc:
-                failures[i] = exc
-        need_depth = [i for i, r in enumerate(requests) if r is not None and r.depth and failures[i] is None]
-        if need_depth:
-            depth = self.stages.depth
-            if depth is None:
-                for i in need_depth:
-                    failures[i] = StageError("depth", _MISSING["depth"])
-            else:
-                maps = _batched("depth", depth.disparity, [batch[i] for i in need_depth])
-                for i, disp in zip(need_depth, maps, strict=True):
-                    if isinstance(disp, Failure):
-                        failures[i] = disp
-                    else:
-                        answers[i]["disparity"] = np.asarray(disp)
-        results: list[ImageResult] = []
-        for i, prompt in enumerate(prompts):
-            planned = requests[i]
-            failure = failures[i]
-            if failure is None and planned is not None:
-                try:
-                    verdict, perception = flow.finish(prompt, planned, config=self.config, **answers[i])
-                except Failure as exc:
-                    failure = exc
-                else:
-                    results.append(ImageResult(verdict=verdict, perception=perception))
-                    continue
-            results.append(ImageResult(failure=failure))
-        return results
+        """One ``ImageResult`` per (prompt, image) pair, in order: ``perceive`` then ``judge`` per image."""
+        perceived = self.perceive(prompts, images)
+        return [self.judge(perceived, i) for i in range(len(perceived))]
 
     def run_one(self, prompt: Prompt, image: Image) -> ImageResult:
         """``run`` for a single image."""
         return self.run([prompt], [image])[0]
+
+    def perceive(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> Perceived:
+        """The models' part of ``run``: ``detect``, ``plan``, ``answer``."""
+        perceived = self.detect(prompts, images)
+        self.plan(perceived)
+        self.answer(perceived)
+        return perceived
+
+    def detect(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> Perceived:
+        """The detector over the batch (one call; a failing call is retried image by image)."""
+        if len(prompts) != len(images):
+            raise ValueError(f"got {len(prompts)} prompts for {len(images)} images")
+        batch = list(images)
+        n = len(batch)
+        out = Perceived(list(prompts), batch, [None] * n, [None] * n, [{} for _ in batch], [None] * n)
+        if not batch:
+            return out
+        detected = _batched("detector", self.stages.detector.detect, batch)
+        out.detected = list(detected)
+        return out
+
+    def plan(self, perceived: Perceived) -> None:
+        """``flow.begin`` per image: the detector's answer checked against the contract, the other stages'
+        requests planned (or the image's failure). Calls no stage: safe on a worker thread."""
+        out = perceived
+        for i, (prompt, image, det) in enumerate(zip(out.prompts, out.images, out.detected, strict=True)):
+            try:
+                if isinstance(det, Failure):
+                    raise det
+                out.requests[i] = flow.begin(prompt, det, _hw(image), self.config)
+            except Failure as exc:
+                out.failures[i] = exc
+
+    def answer(self, perceived: Perceived) -> None:
+        """The segmenter, the attribute scorer and the depth estimator, each called once for the images of
+        the batch that need it and have not failed yet (in that order, so an image's failure is the first
+        stage's that failed for it)."""
+        out, batch = perceived, perceived.images
+        refine: dict[int, RefineItem] = {}
+        scores: dict[int, ScoreItem] = {}
+        depth: dict[int, Image] = {}
+        for i, req in enumerate(out.requests):
+            if req is None:
+                continue
+            if req.refine is not None:
+                refine[i] = (batch[i], req.refine.boxes, req.refine.reference_masks)
+            if req.attributes is not None:
+                a = req.attributes
+                scores[i] = (batch[i], a.masks, list(a.class_names), a.answers)
+            if req.depth:
+                depth[i] = batch[i]
+        s = self.stages
+        together = isinstance(s.segmenter, BatchSegmenter)
+        self._ask("segmenter", s.segmenter, _refine, refine, key="refined", out=out, together=together)
+        together = isinstance(s.attributes, BatchAttributeScorer)
+        self._ask("attributes", s.attributes, _score, scores, key="scores", out=out, together=together)
+        self._ask("depth", s.depth, _disparity, depth, key="disparity", out=out, together=True)
+
+    @staticmethod
+    def _ask(
+        stage: str,
+        obj: Any,
+        call: Callable[[Any, list[A]], Sequence[Any]],
+        items: Mapping[int, A],
+        *,
+        key: str,
+        out: Perceived,
+        together: bool,
+    ) -> None:
+        """Ask ``stage`` for the ``items`` of the images that have not failed, in one call when ``together``
+        (else one call per image); each image's answer goes to ``out.answers[i][key]``, a failing call is that
+        image's failure (``_batched``)."""
+        todo = [i for i in items if out.failures[i] is None]
+        if not todo:
+            return
+        if obj is None:
+            for i in todo:
+                out.failures[i] = StageError(stage, _MISSING[stage])
+            return
+        asked = [items[i] for i in todo]
+
+        def fn(group: list[A]) -> Sequence[Any]:
+            return call(obj, group)
+
+        got = _batched(stage, fn, asked) if together else [_batched(stage, fn, [item])[0] for item in asked]
+        for i, answer in zip(todo, got, strict=True):
+            if isinstance(answer, Failure):
+                out.failures[i] = answer
+            else:
+                out.answers[i][key] = answer
+
+    def judge(self, perceived: Perceived, i: int) -> ImageResult:
+        """The rules' part of ``run`` for image ``i``: ``flow.finish`` (answers checked against the contract,
+        the perception judged). Calls no stage: safe on a worker thread."""
+        planned, failure = perceived.requests[i], perceived.failures[i]
+        if failure is None and planned is not None:
+            try:
+                verdict, perception = flow.finish(
+                    perceived.prompts[i], planned, config=self.config, **perceived.answers[i]
+                )
+            except Failure as exc:
+                failure = exc
+            else:
+                return ImageResult(verdict=verdict, perception=perception)
+        return ImageResult(failure=failure)

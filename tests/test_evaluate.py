@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -112,11 +113,24 @@ def test_geneval_layout_verdicts_in_stable_order(images: Path, tmp_path: Path, c
     assert "7 images evaluated (0 already done, 7 in this run)" in capsys.readouterr().out
 
 
-def test_batch_size_does_not_change_results(images: Path, tmp_path: Path):
-    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    assert _run(images, a, "--batch-size", "1") == 0
-    assert _run(images, b, "--batch-size", "5") == 0
-    assert a.read_text() == b.read_text()
+def test_batch_size_and_workers_do_not_change_results(images: Path, tmp_path: Path):
+    a, b, c, d = (tmp_path / f"{n}.jsonl" for n in "abcd")
+    assert _run(images, a, "--batch-size", "1", "--workers", "0") == 0
+    assert _run(images, b, "--batch-size", "5", "--workers", "1") == 0
+    assert _run(images, c, "--batch-size", "2", "--workers", "3") == 0
+    assert _run(images, d) == 0  # default workers
+    assert a.read_bytes() == b.read_bytes() == c.read_bytes() == d.read_bytes()
+
+
+def test_workers_flag_is_checked(images: Path, tmp_path: Path, monkeypatch, capsys):
+    with pytest.raises(SystemExit):
+        _run(images, tmp_path / "r.jsonl", "--workers", "-1")
+    assert "--workers: must be >= 0, got -1" in capsys.readouterr().err
+    monkeypatch.setenv("NEGT2I_WORKERS", "two")
+    with pytest.raises(SystemExit):
+        _run(images, tmp_path / "r.jsonl")
+    assert "expected a whole number, got 'two'" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()
 
 
 def test_resumes_after_interruption_and_cuts_a_torn_line(images: Path, tmp_path: Path, capsys):
@@ -330,9 +344,10 @@ def test_interrupted_run_leaves_whole_lines_and_resumes_to_the_same_file(images:
     with pytest.raises(KeyboardInterrupt):
         evaluate(jobs, out, stages, batch_size=2, progress=False)
     text = out.read_text()
-    assert text.endswith("\n") and len(text.splitlines()) == 4  # two whole batches, nothing partial
+    # whole lines only: the first batch, whose models had all run (the second one had only been detected)
+    assert text.endswith("\n") and len(text.splitlines()) == 2
     summary = evaluate(jobs, out, Stages.create(SYNTH), batch_size=2, progress=False)
-    assert (summary.skipped, summary.evaluated) == (4, 3)
+    assert (summary.skipped, summary.evaluated) == (2, 5)
     assert out.read_text() == full.read_text()
 
 
@@ -384,3 +399,134 @@ def test_save_perception_keeps_what_each_verdict_used(tmp_path: Path) -> None:
     size = side.stat().st_size
     assert main(argv) == 0
     assert side.stat().st_size == size
+
+
+# --------------------------------------------------------------------------- pipelined runs (--workers)
+
+
+@pytest.fixture(scope="module")
+def many(tmp_path_factory) -> Path:
+    """A few hundred tiny images of the benchmark's own prompts (every category), plus error lines of
+    each kind: an unreadable image, a folder without metadata."""
+    from negt2i.stages.demo_data import write_demo
+
+    root = tmp_path_factory.mktemp("many") / "images"
+    paths = write_demo(root, prompts=100, samples=3, seed=5, size=48)
+    paths[7].write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 20)
+    (paths[40].parent.parent / "metadata.jsonl").unlink()
+    return root
+
+
+def test_workers_give_the_same_file_on_hundreds_of_images(many: Path, tmp_path: Path):
+    jobs = discover(many)
+    assert len(jobs) == 300
+    files = []
+    for workers, batch_size in ((1, 8), (4, 8), (0, 7), (4, 1)):
+        out = tmp_path / f"w{workers}-b{batch_size}.jsonl"
+        summary = evaluate(jobs, out, Stages.create(SYNTH), batch_size=batch_size, workers=workers, progress=False)
+        assert summary.evaluated == 300
+        files.append(out.read_bytes())
+    assert all(f == files[0] for f in files[1:])
+    rows = list(read_results(tmp_path / "w1-b8.jsonl"))
+    assert [r["filename"] for r in rows] == [job.filename for job in jobs]  # job order
+    kinds = Counter(r["error_kind"] for r in rows if r["status"] == "error")
+    assert kinds == {"unreadable_image": 1, "missing_metadata": 3}
+    assert {r["category"] for r in rows} >= {"color", "material", "directional", "proximity", "comparative", "depth"}
+    assert 0 < sum(r["correct"] for r in rows) < 296
+
+
+def test_a_run_interrupted_twice_resumes_to_the_uninterrupted_file(many: Path, tmp_path: Path):
+    """Ctrl-C during the detector's call on a batch: the lines of every batch whose models had all run are
+    written (whole lines), and the resumed runs end with the same bytes as a run that was never interrupted."""
+    jobs, workers = discover(many), 4
+    full = tmp_path / "full.jsonl"
+    evaluate(jobs, full, Stages.create(SYNTH), batch_size=8, workers=1, progress=False)
+    out = tmp_path / "r.jsonl"
+    done = 0
+    for stop_at in (6, 11):
+        stages = Stages.create(SYNTH)
+        stages.detector = InterruptingDetector(stop_at=stop_at)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate(jobs, out, stages, batch_size=8, workers=workers, progress=False)
+        text = out.read_text()
+        assert text.endswith("\n")
+        done += 8 * (stop_at - 2)  # the batches whose models had all run: not the one detected before
+        assert len(text.splitlines()) == done
+        assert full.read_text().startswith(text)
+    summary = evaluate(jobs, out, Stages.create(SYNTH), batch_size=8, workers=workers, progress=False)
+    assert (summary.skipped, summary.evaluated) == (done, 300 - done)
+    assert out.read_bytes() == full.read_bytes()
+
+
+def test_models_run_on_the_calling_thread_and_the_rules_on_workers(images: Path, tmp_path: Path, monkeypatch):
+    import threading
+
+    from negt2i import flow
+
+    main_thread = threading.get_ident()
+    seen: dict[str, set[int]] = {}
+
+    def spy(obj, name):
+        real = getattr(obj, name)
+
+        def call(*args, **kwargs):
+            seen.setdefault(name, set()).add(threading.get_ident())
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(obj, name, call)
+
+    stages = Stages.create(SYNTH)
+    for obj, name in ((stages.detector, "detect"), (stages.segmenter, "refine_batch"),
+                      (stages.attributes, "score_batch"), (stages.depth, "disparity"),
+                      (flow, "begin"), (flow, "finish")):  # fmt: skip
+        spy(obj, name)
+    evaluate(discover(images), tmp_path / "r.jsonl", stages, batch_size=2, workers=2, progress=False)
+    assert set(seen) == {"detect", "refine_batch", "score_batch", "disparity", "begin", "finish"}
+    for name in ("detect", "refine_batch", "score_batch", "disparity"):
+        assert seen[name] == {main_thread}, name
+    for name in ("begin", "finish"):
+        assert main_thread not in seen[name], name
+    seen.clear()
+    evaluate(discover(images), tmp_path / "s.jsonl", stages, batch_size=2, workers=0, progress=False)
+    assert all(threads == {main_thread} for threads in seen.values())
+    assert (tmp_path / "r.jsonl").read_bytes() == (tmp_path / "s.jsonl").read_bytes()
+
+
+def test_reading_ahead_is_bounded(many: Path, tmp_path: Path, monkeypatch):
+    """Slow models: the workers read ahead, but never more than ``AHEAD`` batches beyond the ones on the
+    models, being judged or being written (at most ``AHEAD + 4`` batches of images in memory)."""
+    import threading
+    import time
+
+    from negt2i import evaluate as ev
+    from negt2i.results import ResultsWriter
+
+    lock = threading.Lock()
+    counts = {"read": 0, "written": 0, "most": 0}
+    real_read, real_write = ev.read_job, ResultsWriter.write
+
+    def read_job(job, **kwargs):
+        with lock:
+            counts["read"] += 1
+            counts["most"] = max(counts["most"], counts["read"] - counts["written"])
+        return real_read(job, **kwargs)
+
+    def write(self, record):
+        real_write(self, record)
+        with lock:
+            counts["written"] += 1
+
+    monkeypatch.setattr(ev, "read_job", read_job)
+    monkeypatch.setattr(ResultsWriter, "write", write)
+    stages = Stages.create(SYNTH)
+    real_detect = stages.detector.detect
+
+    def detect(images):
+        time.sleep(0.02)
+        return real_detect(images)
+
+    monkeypatch.setattr(stages.detector, "detect", detect)
+    jobs = discover(many)[:120]
+    evaluate(jobs, tmp_path / "r.jsonl", stages, batch_size=4, workers=4, progress=False)
+    assert counts["read"] == counts["written"] == 120
+    assert 4 * (ev.AHEAD + 1) <= counts["most"] <= 4 * (ev.AHEAD + 4)

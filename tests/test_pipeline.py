@@ -194,3 +194,116 @@ def test_every_category_end_to_end_on_synthetic_scenes(category, statements, ima
     result = Pipeline(stages).run_one(prompt, image)
     assert result.ok, result.error
     assert result.verdict.correct is correct, result.verdict.reason
+
+
+# --------------------------------------------------------------------------- batched segmenter / attribute calls
+
+
+class BatchingSegmenter:
+    """The synthetic segmenter with ``refine_batch``; records every batch's size and fails a batch that holds
+    an image with the ``POISON`` pixel (so a failing image sits inside a batched call)."""
+
+    def __init__(self):
+        self.inner = SyntheticSegmenter()
+        self.info = self.inner.info
+        self.batches: list[int] = []
+
+    def refine(self, image, boxes, reference_masks):
+        raise AssertionError("the pipeline must use refine_batch")
+
+    def refine_batch(self, items):
+        self.batches.append(len(items))
+        if any(_poisoned(image) for image, _, _ in items):
+            raise RuntimeError("poisoned image")
+        return [self.inner.refine(*item) for item in items]
+
+
+class BatchingScorer:
+    """The synthetic attribute scorer with ``score_batch``, recording batch sizes, failing on ``POISON``."""
+
+    def __init__(self):
+        self.inner = SyntheticAttributeScorer()
+        self.info = self.inner.info
+        self.batches: list[int] = []
+
+    def score(self, image, masks, class_names, answers):
+        raise AssertionError("the pipeline must use score_batch")
+
+    def score_batch(self, items):
+        self.batches.append(len(items))
+        if any(_poisoned(image) for image, *_ in items):
+            raise RuntimeError("poisoned image")
+        return [self.inner.score(*item) for item in items]
+
+
+POISON = (1, 2, 3)  # one corner pixel of this colour: no class colour, invisible to the synthetic detector
+
+
+def _poisoned(image):
+    return tuple(int(v) for v in image[0, 0]) == POISON
+
+
+def _poison(image):
+    out = image.copy()
+    out[0, 0] = POISON
+    return out
+
+
+def _all_category_batch():
+    prompts, images = [], []
+    for category, statements, image, _ in ALL_CATEGORIES:
+        include = ["cup"] if category in {"color", "material"} else ["cup", "dog"]
+        prompts.append(_prompt(f"p{len(prompts)}", category, include, statements))
+        images.append(image)
+    prompts.append(_prompt("m", "material", ["cat"], _attr("wooden")))  # undetected: nothing to refine / score
+    images.append(SCENE)
+    return prompts, images
+
+
+def _json(results):
+    return [r.verdict.to_json() if r.ok else r.error for r in results]
+
+
+def test_batched_segmenter_and_scorer_calls_give_the_per_image_verdicts():
+    prompts, images = _all_category_batch()
+    per_image = _stages()  # Counting wrappers: refine / score only, so the pipeline falls back to one call each
+    alone = Pipeline(per_image).run(prompts, images)
+    batched = Stages(SyntheticDetector(), BatchingSegmenter(), BatchingScorer(), SyntheticDepthEstimator())
+    together = Pipeline(batched).run(prompts, images)
+    assert all(r.ok for r in alone)
+    assert _json(together) == _json(alone)
+    assert [r.verdict.correct for r in together[:-1]] == [row[3] for row in ALL_CATEGORIES]
+    n_refine, n_score = per_image.segmenter.calls, per_image.attributes.calls
+    assert (n_refine, n_score) == (12, 4)  # every relation prompt refines, every attribute prompt scores
+    assert batched.segmenter.batches == [n_refine] and batched.attributes.batches == [n_score]  # one call each
+    for a, b in zip(alone, together, strict=True):
+        ra, rb = a.perception.refined, b.perception.refined
+        assert (ra is None) == (rb is None)
+        if ra is not None:
+            assert ra.masks.keys() == rb.masks.keys()
+            for k in ra.masks:
+                np.testing.assert_array_equal(ra.masks[k], rb.masks[k])
+    # one image per run: the same verdicts again
+    assert _json([Pipeline(batched).run_one(p, im) for p, im in zip(prompts, images, strict=True)]) == _json(alone)
+
+
+@pytest.mark.parametrize("stage", ["segmenter", "attributes"])
+def test_a_failing_image_inside_a_batched_call_fails_alone(stage):
+    prompts, images = _all_category_batch()
+    # poison the second image that needs this stage (color/material prompts score, the relations refine)
+    needs = [i for i, p in enumerate(prompts) if (p.category.value in {"color", "material"}) == (stage == "attributes")]
+    bad = needs[1]
+    images = [_poison(im) if i == bad else im for i, im in enumerate(images)]
+    reference = _stages()
+    expected = _json(Pipeline(reference).run(prompts, images))  # per image: the poison does not matter
+    n = getattr(reference, stage).calls  # images asked of this stage
+    batched = Stages(SyntheticDetector(), BatchingSegmenter(), BatchingScorer(), SyntheticDepthEstimator())
+    results = Pipeline(batched).run(prompts, images)
+    assert [r.ok for r in results] == [i != bad for i in range(len(prompts))]
+    assert results[bad].error == f"{stage}: RuntimeError: poisoned image"
+    assert results[bad].failure.kind == "stage_error"
+    assert [v for i, v in enumerate(_json(results)) if i != bad] == [v for i, v in enumerate(expected) if i != bad]
+    asked = getattr(batched, stage).batches
+    assert asked[0] == n and asked[1:] == [1] * n  # the whole batch failed, then one call per image
+    other = batched.attributes if stage == "segmenter" else batched.segmenter
+    assert len(other.batches) == 1  # the other stage's batch is unaffected

@@ -47,7 +47,15 @@ def register(sub: Any) -> None:
         "(others fp32); recorded in every results line's model info [NEGT2I_DTYPE, default fp32]",
     )
     p.add_argument("--weights-dir", default=None, help="weights cache [NEGT2I_WEIGHTS_DIR, ~/.cache/negt2i/weights]")
-    p.add_argument("--batch-size", type=int, default=8, help="images per detector / depth call (default 8)")
+    p.add_argument("--batch-size", type=int, default=8, help="images per model call of each stage (default 8)")
+    p.add_argument(
+        "--workers",
+        type=_workers,
+        default=os.environ.get("NEGT2I_WORKERS") or None,
+        metavar="N",
+        help="threads that read and decode images and apply the rules while the models run on the next batch; "
+        "0: all on one thread, one step after the other (same results) [NEGT2I_WORKERS, default min(4, CPUs)]",
+    )
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N images (in job order)")
     add_results_args(p)
     p.add_argument("--backend", default=None, help="backend name for all four stages (e.g. synthetic)")
@@ -65,6 +73,16 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
 
 
 def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
@@ -114,6 +132,7 @@ def _run(args: argparse.Namespace) -> int:
             stages,
             config=config,
             batch_size=args.batch_size,
+            workers=args.workers,
             limit=args.limit,
             progress=not args.no_progress,
             retry_errors=args.retry_errors,

@@ -3,12 +3,19 @@
 Images are RGB ``uint8`` arrays (H, W, 3). Every method is batched over images or
 instances; a backend may split batches further. Backends are deterministic: the
 same inputs give the same outputs.
+
+The segmenter and the attribute scorer answer one image per call; a backend that can
+do better across images (SAM 2's batched image encoder, SigLIP 2 crops of many images
+in one forward pass) also implements ``refine_batch`` / ``score_batch``
+(``BatchSegmenter``, ``BatchAttributeScorer``). Callers go through ``refine_batch`` and
+``score_batch`` below, which fall back to one call per image for backends without them,
+so a backend implementing only the per-image method keeps working.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,6 +25,11 @@ from negt2i.config import RuleConfig, stage_rules
 from negt2i.perception import Detections
 
 Image = NDArray[np.uint8]
+
+RefineItem: TypeAlias = tuple[Image, NDArray[np.float32], NDArray[np.bool_]]
+"""One image's segmenter request: ``(image, boxes (K, 4) xyxy, reference masks (K, H, W))``."""
+ScoreItem: TypeAlias = tuple[Image, NDArray[np.bool_], Sequence[str], Sequence[str]]
+"""One image's attribute request: ``(image, masks (K, H, W), K class names, answers)``."""
 
 
 class OperatingPoint(BaseModel):
@@ -100,6 +112,15 @@ class Segmenter(Protocol):
 
 
 @runtime_checkable
+class BatchSegmenter(Segmenter, Protocol):
+    """A segmenter that refines the boxes of many images in one call (e.g. SAM 2's batched image encoder)."""
+
+    def refine_batch(self, items: Sequence[RefineItem]) -> list[NDArray[np.bool_]]:
+        """``refine(*item)`` for every item, in order, with the same output as per-image calls."""
+        ...
+
+
+@runtime_checkable
 class AttributeScorer(Protocol):
     """Scores instance crops against attribute values (SigLIP 2)."""
 
@@ -126,3 +147,26 @@ class DepthEstimator(Protocol):
     def disparity(self, images: Sequence[Image]) -> list[NDArray[np.float32]]:
         """One (H, W) disparity map per image, resized to the image; larger = closer."""
         ...
+
+
+@runtime_checkable
+class BatchAttributeScorer(AttributeScorer, Protocol):
+    """An attribute scorer that scores the instances of many images in one call (SigLIP 2 crops together)."""
+
+    def score_batch(self, items: Sequence[ScoreItem]) -> list[NDArray[np.float32]]:
+        """``score(*item)`` for every item, in order, with the same output as per-image calls."""
+        ...
+
+
+def refine_batch(segmenter: Segmenter, items: Sequence[RefineItem]) -> list[NDArray[np.bool_]]:
+    """Refined masks for every item: one ``refine_batch`` call when the backend has it, else ``refine`` per item."""
+    if isinstance(segmenter, BatchSegmenter):
+        return list(segmenter.refine_batch(items))
+    return [segmenter.refine(image, boxes, refs) for image, boxes, refs in items]
+
+
+def score_batch(scorer: AttributeScorer, items: Sequence[ScoreItem]) -> list[NDArray[np.float32]]:
+    """Scores for every item: one ``score_batch`` call when the backend has it, else ``score`` per item."""
+    if isinstance(scorer, BatchAttributeScorer):
+        return list(scorer.score_batch(items))
+    return [scorer.score(image, masks, names, answers) for image, masks, names, answers in items]

@@ -41,7 +41,7 @@ from scipy import ndimage
 from negt2i import __version__
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections, mask_to_xyxy
-from negt2i.stages.base import Image, ModelInfo, OperatingPoint, applied
+from negt2i.stages.base import Image, ModelInfo, OperatingPoint, RefineItem, ScoreItem, applied
 from negt2i.stages.common import check_boxes, check_image, check_instance_masks, refine_with_candidates
 from negt2i.stages.registry import register
 from negt2i.vocab import COCO_CLASSES
@@ -271,6 +271,10 @@ class SyntheticSegmenter:
 
         return refine_with_candidates(hw, boxes, refs, candidates, self.config)
 
+    def refine_batch(self, items: Sequence[RefineItem]) -> list[NDArray[np.bool_]]:
+        """``refine`` per item (``negt2i.stages.base.BatchSegmenter``: the pipeline's batched path)."""
+        return [self.refine(image, boxes, refs) for image, boxes, refs in items]
+
 
 def reference_colors(answers: Sequence[str]) -> NDArray[np.float64]:
     """Reference RGB (len(answers), 3) of colour / material answers; unknown answers raise."""
@@ -313,6 +317,10 @@ class SyntheticAttributeScorer:
             dist = np.linalg.norm(refs - mean, axis=1)
             out[k] = 100.0 * (1.0 - dist / _MAX_DISTANCE)
         return out
+
+    def score_batch(self, items: Sequence[ScoreItem]) -> list[NDArray[np.float32]]:
+        """``score`` per item (``negt2i.stages.base.BatchAttributeScorer``: the pipeline's batched path)."""
+        return [self.score(image, masks, names, answers) for image, masks, names, answers in items]
 
 
 class SyntheticDepthEstimator:

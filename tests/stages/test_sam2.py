@@ -105,3 +105,50 @@ def test_refine_without_boxes(predictor):
     assert out.shape == (0, 16, 16)
     with pytest.raises(ValueError, match="reference masks"):
         seg.refine(np.zeros((16, 16, 3), np.uint8), np.zeros((1, 4), np.float32), np.zeros((0, 16, 16), bool))
+
+
+class PerImage:
+    """A segmenter with only the per-image method: the pipeline calls it once per image."""
+
+    def __init__(self, inner):
+        self.inner, self.info = inner, inner.info
+
+    def refine(self, image, boxes, reference_masks):
+        return self.inner.refine(image, boxes, reference_masks)
+
+
+@pytest.mark.slow
+def test_pipeline_batches_sam_across_images_with_the_per_image_verdicts(predictor):
+    """The pipeline hands every image's boxes to ``refine_batch`` in one call (two backbone calls of two
+    images here); verdicts and refined masks equal those of one ``refine`` per image."""
+    from negt2i.pipeline import Pipeline, Stages
+    from negt2i.spec import parse_prompt
+    from negt2i.stages.synthetic import SceneObject, SyntheticDepthEstimator, SyntheticDetector, render_scene
+
+    def prompt(category, predicate):
+        statement = {"kind": "relation", "subject": 0, "target": 1, "predicate": predicate, "polarity": "positive"}
+        return parse_prompt({"id": category, "category": category, "prompt": category,
+                             "include": [{"class": "cup"}, {"class": "dog"}], "statements": [statement]})  # fmt: skip
+
+    def image(a, b):
+        return render_scene([SceneObject("cup", a), SceneObject("dog", b, shape="ellipse")], (64, 64))
+
+    prompts = [prompt("directional", "left of"), prompt("proximity", "near"), prompt("comparative", "bigger than"),
+               prompt("depth", "in front of")]  # fmt: skip
+    images = [image((4, 20, 24, 40), (40, 20, 60, 44)), image((10, 10, 30, 30), (32, 10, 50, 30)),
+              image((2, 2, 40, 40), (44, 44, 60, 60)), image((4, 40, 24, 62), (40, 4, 60, 24))]  # fmt: skip
+    counting = CountingPredictor(predictor)
+    info = ModelInfo(stage="segmenter", backend="sam2.1-hiera-small", model="random")
+    batched = SAM2Segmenter(counting, info, image_batch_size=2)
+    depth = SyntheticDepthEstimator()
+    together = Pipeline(Stages(SyntheticDetector(), batched, depth=depth)).run(prompts, images)
+    assert counting.image_batches == [2, 2]  # four images, two per backbone call, in one refine_batch call
+    alone = Pipeline(Stages(SyntheticDetector(), PerImage(SAM2Segmenter(predictor, info)), depth=depth)).run(
+        prompts, images
+    )
+    assert all(r.ok for r in together), [r.error for r in together]
+    assert [r.verdict.to_json() for r in together] == [r.verdict.to_json() for r in alone]
+    for a, b in zip(alone, together, strict=True):
+        assert a.perception.refined.masks.keys() == b.perception.refined.masks.keys()
+        for k, mask in a.perception.refined.masks.items():
+            np.testing.assert_array_equal(b.perception.refined.masks[k], mask)

@@ -144,3 +144,53 @@ def test_score_batch_scores_crops_of_many_images_together(scorer):
     for (image, masks, names, answers), out in zip(items, batched, strict=True):
         assert out.shape == (len(names), 2)
         np.testing.assert_allclose(out, scorer.score(image, masks, names, answers), rtol=1e-5, atol=1e-4)
+
+
+class PerImage:
+    """An attribute scorer with only the per-image method: the pipeline calls it once per image."""
+
+    def __init__(self, inner):
+        self.inner, self.info = inner, inner.info
+
+    def score(self, image, masks, class_names, answers):
+        return self.inner.score(image, masks, class_names, answers)
+
+
+def test_pipeline_scores_crops_of_all_images_in_one_call(scorer):
+    """The pipeline hands every image's instances to ``score_batch`` in one call; the verdicts equal those of
+    one ``score`` per image and the scores agree to float32 round-off (forward passes mix images)."""
+    from negt2i.pipeline import Pipeline, Stages
+    from negt2i.spec import parse_prompt
+    from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
+
+    def prompt(category, value, polarity):
+        statement = {"kind": "attribute", "object": 0, "value": value, "polarity": polarity}
+        return parse_prompt({"id": value, "category": category, "prompt": value, "include": [{"class": "cup"}],
+                             "statements": [statement]})  # fmt: skip
+
+    def image(value):
+        return render_scene([SceneObject("cup", (4, 4, 30, 30), value=value)], (48, 48))
+
+    prompts = [prompt("color", "red", "positive"), prompt("color", "blue", "negated"),
+               prompt("material", "wooden", "positive"), prompt("color", "green", "positive"),
+               prompt("material", "metal", "negated")]  # fmt: skip
+    images = [image("red"), image("green"), image("wooden"), image("blue"), image("metal")]
+    calls = []
+    real = scorer.model.encode_image
+    scorer.model.encode_image = lambda batch: calls.append(len(batch)) or real(batch)
+    try:
+        together = Pipeline(Stages(SyntheticDetector(), attributes=scorer)).run(prompts, images)
+    finally:
+        scorer.model.encode_image = real
+    assert calls == [2, 2, 1]  # one instance in each of five images, batch_size 2: passes mix images
+    alone = Pipeline(Stages(SyntheticDetector(), attributes=PerImage(scorer))).run(prompts, images)
+    assert all(r.ok for r in together), [r.error for r in together]
+    assert [r.verdict.correct for r in together] == [r.verdict.correct for r in alone]
+    assert [[s.cause for s in r.verdict.statements] for r in together] == [
+        [s.cause for s in r.verdict.statements] for r in alone
+    ]
+    for a, b in zip(alone, together, strict=True):
+        sa, sb = a.perception.attributes.scores, b.perception.attributes.scores
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            np.testing.assert_allclose(list(sb[k].values()), list(sa[k].values()), rtol=1e-5, atol=1e-4)
