@@ -52,12 +52,37 @@ DEFAULT_ATTEMPTS: Final = 10
 
 
 class ClientError(RuntimeError):
-    """A call failed: ``code`` is the gRPC status name (``INVALID_ARGUMENT``, ``UNAVAILABLE``, ...)."""
+    """A call failed: ``code`` is the gRPC status name (``INVALID_ARGUMENT``, ``UNAVAILABLE``, ...),
+    ``details`` the status text; ``failure`` what the rich error model said (``negt2i.wire.errors``: the
+    offending ``field``, the ``stage``, the ``reason``), None when the answer carried none (not from an
+    orchestrator, or a transport error)."""
 
-    def __init__(self, code: str, details: str) -> None:
+    def __init__(self, code: str, details: str, failure: Failure | None = None) -> None:
         self.code = code
         self.details = details
+        self.failure = failure
         super().__init__(f"{code}: {details}")
+
+    @property
+    def field(self) -> str:
+        """The offending request field (INVALID_ARGUMENT), or ``""``."""
+        return self.failure.field if self.failure else ""
+
+    @property
+    def stage(self) -> str:
+        """The stage that failed (``detector`` ... ``depth``, ``judge``), or ``""``."""
+        return self.failure.stage if self.failure else ""
+
+    @property
+    def reason(self) -> str:
+        """``ErrorInfo.reason`` (``negt2i.wire.errors.Reason``), or ``""``."""
+        return self.failure.reason if self.failure else ""
+
+    @property
+    def retryable(self) -> bool:
+        """Whether sending the same request again may succeed (RESOURCE_EXHAUSTED / UNAVAILABLE, except an
+        oversized message)."""
+        return self.code in RETRYABLE and self.reason != "MESSAGE_TOO_LARGE"
 
 
 @dataclass(frozen=True)
@@ -114,7 +139,37 @@ def _room(end: float | None, delay: float) -> bool:
 def _error(exc: Exception) -> ClientError:
     code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
     details = exc.details() if hasattr(exc, "details") else str(exc)
-    return ClientError(str(code), str(details or ""))
+    return ClientError(str(code), str(details or ""), _rich_failure(exc))
+
+
+def _rich_failure(exc: Exception) -> Failure | None:
+    """The ``Failure`` in a failed call's ``grpc-status-details-bin`` trailer (``negt2i.wire.errors``)."""
+    if not hasattr(exc, "trailing_metadata"):
+        return None
+    try:
+        from grpc_status import rpc_status
+
+        from negt2i.wire import errors
+
+        status = rpc_status.from_call(exc)
+    except Exception:  # no or malformed details: a plain status
+        return None
+    return None if status is None else errors.failure_from_status(status)
+
+
+def item_transient(err: evaluator_pb2.ItemError) -> bool:
+    """Whether a stream item answered with ``err`` is left for a rerun rather than written as an error line
+    (its code is in ``TRANSIENT``, and it is not an oversized message: see ``item_retryable``)."""
+    code = _code_name(err.code)
+    return code in TRANSIENT and (code not in RETRYABLE or item_retryable(err))
+
+
+def item_retryable(err: evaluator_pb2.ItemError) -> bool:
+    """Whether a stream item answered with ``err`` may succeed when sent again (its code is RESOURCE_EXHAUSTED
+    or UNAVAILABLE, and its ``ErrorInfo.reason`` is not ``MESSAGE_TOO_LARGE``)."""
+    from negt2i.wire import adapter
+
+    return _code_name(err.code) in RETRYABLE and adapter.failure_from_proto(err).reason != "MESSAGE_TOO_LARGE"
 
 
 class EvaluatorClient:
@@ -216,7 +271,7 @@ class EvaluatorClient:
                 err = _error(exc)
                 delay = backoff_delay(attempt)
                 attempt += 1
-                if err.code not in RETRYABLE or attempt >= self.attempts or not _room(end, delay):
+                if not err.retryable or attempt >= self.attempts or not _room(end, delay):
                     raise err from None
                 time.sleep(delay)
 
@@ -308,7 +363,7 @@ class AsyncEvaluatorClient:
                 err = _error(exc)
                 delay = backoff_delay(attempt)
                 attempt += 1
-                if err.code not in RETRYABLE or attempt >= self.attempts or not _room(end, delay):
+                if not err.retryable or attempt >= self.attempts or not _room(end, delay):
                     raise err from None
                 await asyncio.sleep(delay)
 
@@ -368,7 +423,7 @@ def _record_of(
         return record
     err = resp.error
     code = _code_name(err.code)
-    if code in TRANSIENT:
+    if item_transient(err):
         outcome.retry.append(job.filename)
         print(f"warning: {job.filename}: {code}: {err.message} (left for a rerun)", file=sys.stderr)
         return None
@@ -549,6 +604,7 @@ def submit(
         sends: dict[int, int] = {}
         first_sent: dict[int, float] = {}
         window = int(info.limits.max_in_flight_per_stream) or 32
+        max_image = int(info.limits.max_image_bytes)
         feeder = _Feeder(range(len(todo)), window)
         run_end = None if timeout is None else time.monotonic() + timeout
 
@@ -560,6 +616,11 @@ def submit(
                 why = f"{job.filename}: {type(exc).__name__}: {exc}"
                 loaded = Loaded(None, error=Failure(FailureKind.UNREADABLE_IMAGE, why))
             hashes[i] = loaded.sha256
+            if loaded.error is None and 0 < max_image < len(loaded.data):
+                # what the orchestrator would refuse, refused here: a message over its transport limit would
+                # end the whole stream
+                why = f"{job.filename}: image of {len(loaded.data)} bytes exceeds the limit of {max_image}"
+                loaded = Loaded(loaded.sha256, error=Failure(FailureKind.UNREADABLE_IMAGE, why, field="image.data"))
             if loaded.error is not None or job.prompt is None:
                 local[i] = loaded.error or Failure(FailureKind.MISSING_METADATA, "no prompt")
                 return None
@@ -610,7 +671,7 @@ def submit(
                 except (ValueError, IndexError):
                     print(f"warning: ignoring an answer for unknown request {resp.request_id[:64]!r}", file=sys.stderr)
                     return
-                if resp.HasField("error") and _code_name(resp.error.code) in RETRYABLE:
+                if resp.HasField("error") and item_retryable(resp.error):
                     delay = backoff_delay(sends.get(i, 1) - 1)
                     now = time.monotonic()
                     room = now + delay - first_sent.get(i, now) < item_timeout and _room(run_end, delay)

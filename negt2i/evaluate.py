@@ -510,8 +510,20 @@ def evaluate(
             reading: deque[list[Future[Loaded]]] = deque()
             writing: deque[Future[None]] = deque()
 
+            broken: list[BaseException] = []
+
             def write(outcomes: list[Future[_Outcome]]) -> None:
-                """On the writer thread, one batch after the other: the batch's lines in job order."""
+                """On the writer thread, one batch after the other: the batch's lines in job order. After a
+                failure nothing more is written, so the file's lines stay a prefix of the job order."""
+                if broken:
+                    return
+                try:
+                    write_lines(outcomes)
+                except BaseException as exc:
+                    broken.append(exc)
+                    raise
+
+            def write_lines(outcomes: list[Future[_Outcome]]) -> None:
                 for future in outcomes:
                     done = future.result()
                     if side is not None and done.perception is not None:

@@ -46,7 +46,9 @@ class Failure(Exception):
     the stage that failed (``detector`` ... ``depth``, ``judge``), if any; ``rule``:
     the contract rule a stage answer broke (``docs/stage-contract.md``), if any;
     ``field``: the offending request field, if any; ``code``: the gRPC status name
-    the orchestrator answers with (``INTERNAL`` unless said otherwise).
+    the orchestrator answers with (``INTERNAL`` unless said otherwise); ``reason``: the
+    machine-readable reason of the rich error model (``negt2i.wire.errors.Reason``; derived
+    from the other parts when empty).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class Failure(Exception):
         field: str = "",
         code: str = "INTERNAL",
         text: str | None = None,
+        reason: str = "",
     ) -> None:
         """``text``: the details as already rendered elsewhere (an ``ItemError`` message)."""
         self._text = text
@@ -68,6 +71,7 @@ class Failure(Exception):
         self.rule = rule
         self.field = field
         self.code = code
+        self.reason = reason
         super().__init__(self.details())
 
     def details(self) -> str:

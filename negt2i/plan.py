@@ -60,3 +60,16 @@ def plan_perception(prompt: Prompt, detections: Detections, config: RuleConfig =
         return PerceptionPlan(attributes=tuple(needed), answers=ANSWERS[category] if needed else ())
     refine = tuple(needed) if config.masks.refine else ()
     return PerceptionPlan(refine=refine, depth=category is Category.DEPTH and any_evaluable)
+
+
+def category_stages(category: Category | None, config: RuleConfig = CURRENT) -> tuple[str, ...]:
+    """Every stage a prompt of ``category`` may need (``plan_perception``'s choices, in stage order):
+    the detector always; the attribute scorer for color / material; the segmenter for the relation
+    categories (unless ``config.masks.refine`` is off); depth for depth prompts. ``None`` (no statements):
+    the detector only. The orchestrator's per-category health follows this."""
+    if category is None:
+        return ("detector",)
+    if category.is_attribute:
+        return ("detector", "attributes")
+    refine = ("segmenter",) if config.masks.refine else ()
+    return ("detector", *refine, *(("depth",) if category is Category.DEPTH else ()))

@@ -446,7 +446,56 @@ def _from_validation_error(exc: ValidationError) -> SpecError:
     loc = loc.replace("objects.", "include.")
     loc = re.sub(r"\.(\d+)", r"[\1]", loc)
     loc = re.sub(r"\.(attribute|relation)\b", "", loc)
-    return SpecError(str(err["msg"]), field=loc or None)
+    return SpecError(plain_message(err), field=loc or None)
+
+
+def plain_message(err: Mapping[str, Any]) -> str:
+    """A pydantic error (one entry of ``ValidationError.errors()``) in this project's words.
+
+    Pydantic's own texts ("String should have at least 1 character", "Input should be greater than or
+    equal to 0") are its phrasing, not ours, and reach API clients; the error ``type`` is mapped here
+    instead. An unlisted type keeps pydantic's text, prefixed ``invalid value``.
+    """
+    kind = str(err.get("type", ""))
+    ctx: Mapping[str, Any] = err.get("ctx") or {}
+    got = err.get("input")
+    shown = f", got {got!r}" if isinstance(got, int | float | str) and not isinstance(got, bool) else ""
+    if kind == "string_too_short":
+        n = int(ctx.get("min_length", 1))
+        return "must not be empty" if n <= 1 else f"must have at least {n} characters"
+    if kind == "too_short":
+        n = int(ctx.get("min_length", 1))
+        return "must not be empty" if n <= 1 else f"needs at least {n} entries"
+    bounds = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "above"),
+              "less_than_equal": ("le", "at most"), "less_than": ("lt", "below")}  # fmt: skip
+    if kind in bounds:
+        key, words = bounds[kind]
+        return f"must be {words} {ctx.get(key)}{shown}"
+    simple = {
+        "missing": "missing required key",
+        "extra_forbidden": "unknown key",
+        "string_type": "must be a string",
+        "int_type": "must be an integer",
+        "int_parsing": "must be an integer",
+        "int_from_float": "must be a whole number",
+        "float_type": "must be a number",
+        "float_parsing": "must be a number",
+        "bool_type": "must be true or false",
+        "bool_parsing": "must be true or false",
+        "dict_type": "must be an object",
+        "model_type": "must be an object",
+        "model_attributes_type": "must be an object",
+        "list_type": "must be a list",
+        "tuple_type": "must be a list",
+        "union_tag_not_found": "needs a 'kind' (attribute or relation)",
+    }
+    if kind in simple:
+        return simple[kind] + (shown if kind.endswith(("_type", "_parsing", "_from_float")) else "")
+    if kind in {"enum", "literal_error"}:
+        return f"must be one of {ctx.get('expected', 'the listed values')}{shown}"
+    if kind == "union_tag_invalid":
+        return f"unknown kind {ctx.get('tag')!r} (expected {ctx.get('expected_tags', 'attribute or relation')})"
+    return f"invalid value ({str(err.get('msg', kind)).lower()})"
 
 
 def iter_prompts(path: str | Path) -> Iterator[Prompt]:

@@ -4,6 +4,12 @@
   grpc's deserializer and reach the client as UNKNOWN. The Evaluator's methods are registered here with
   deserializers that never raise: a bad message becomes a ``BadMessage`` that the servicer answers with
   INVALID_ARGUMENT (field ``request``); on a stream it fails that one item and the stream goes on.
+- Message size: gRPC itself refuses a message over its receive limit by ending the call (on a stream:
+  the whole stream, with RESOURCE_EXHAUSTED, and nothing in flight can be answered after that). The
+  server's transport limit is therefore ``TRANSPORT_FACTOR`` x ``max_message_bytes`` and the deserializer
+  enforces ``max_message_bytes`` itself: a message between the two is a ``BadMessage`` answered
+  RESOURCE_EXHAUSTED (reason ``MESSAGE_TOO_LARGE``) for that item only, with its ``request_id``; only a
+  message over the transport limit still ends the stream (docs/api.md, "Stream contract").
 - Every status message and item error is cut to ``MAX_MESSAGE_CHARS``, and identifiers echoed in them to
   ``MAX_ID_CHARS`` (``short``), so that no client input is reflected back in full.
 """
@@ -15,6 +21,7 @@ from typing import Any, Final
 
 import grpc
 
+from negt2i.wire import errors
 from negt2i.wire.v1 import evaluator_pb2
 
 MAX_MESSAGE_CHARS: Final = 1024
@@ -25,13 +32,21 @@ MAX_REQUEST_ID_CHARS: Final = 256
 """Longest ``request_id`` accepted (it is echoed in every response)."""
 
 
+TRANSPORT_FACTOR: Final = 2
+"""gRPC's receive limit is this many times ``max_message_bytes`` (see the module docstring)."""
+
+
 class BadMessage:
-    """A request that could not be parsed; ``reason`` says why."""
+    """A request that could not be used whole: ``reason`` says why, ``code`` / ``field`` / ``kind`` what to
+    answer; ``request_id`` when it could be read."""
 
-    request_id = ""
-
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, *, request_id: str = "", too_large: bool = False, field: str = "request",
+                 image: bool = False) -> None:  # fmt: skip
         self.reason = reason
+        self.request_id = request_id
+        self.too_large = too_large
+        self.field = field
+        self.image = image
 
 
 def short(text: str, limit: int = MAX_ID_CHARS) -> str:
@@ -44,28 +59,39 @@ def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _tolerant(cls: type[Any]) -> Callable[[bytes], Any]:
+def _tolerant(cls: type[Any], max_bytes: int | None = None) -> Callable[[bytes], Any]:
     def parse(data: bytes) -> Any:
         try:
-            return cls.FromString(data)
+            msg = cls.FromString(data)
         except Exception as exc:  # DecodeError, invalid UTF-8, recursion limit, ...
-            return BadMessage(f"not a valid {cls.DESCRIPTOR.full_name} message ({bounded(str(exc), 200)})")
+            why = errors.plain(bounded(str(exc), 200)) or "malformed"
+            return BadMessage(f"not a valid {cls.DESCRIPTOR.full_name} message ({why})")
+        if max_bytes is not None and len(data) > max_bytes:
+            image = len(getattr(getattr(msg, "image", None), "data", b"")) > len(data) // 2
+            return BadMessage(
+                f"message of {len(data)} bytes is over the limit of {max_bytes} bytes",
+                request_id=str(getattr(msg, "request_id", ""))[:MAX_REQUEST_ID_CHARS],
+                too_large=True,
+                field="image.data" if image else "request",
+                image=image,
+            )
+        return msg
 
     return parse
 
 
-def add_evaluator(servicer: Any, server: grpc.aio.Server) -> None:
+def add_evaluator(servicer: Any, server: grpc.aio.Server, max_message_bytes: int | None = None) -> None:
     """Register the ``negt2i.v1.Evaluator`` servicer with tolerant deserializers (same routes as the
-    generated ``add_EvaluatorServicer_to_server``)."""
+    generated ``add_EvaluatorServicer_to_server``) that refuse requests over ``max_message_bytes``."""
     handlers = {
         "Evaluate": grpc.unary_unary_rpc_method_handler(
             servicer.Evaluate,
-            request_deserializer=_tolerant(evaluator_pb2.EvaluateRequest),
+            request_deserializer=_tolerant(evaluator_pb2.EvaluateRequest, max_message_bytes),
             response_serializer=evaluator_pb2.EvaluateResponse.SerializeToString,
         ),
         "EvaluateStream": grpc.stream_stream_rpc_method_handler(
             servicer.EvaluateStream,
-            request_deserializer=_tolerant(evaluator_pb2.EvaluateRequest),
+            request_deserializer=_tolerant(evaluator_pb2.EvaluateRequest, max_message_bytes),
             response_serializer=evaluator_pb2.EvaluateStreamResponse.SerializeToString,
         ),
         "GetServiceInfo": grpc.unary_unary_rpc_method_handler(

@@ -13,11 +13,13 @@ Per item (``docs/architecture.md``), the one per-image flow of ``negt2i.flow``
 5. ``flow.finish``: the answers checked, the perception assembled and judged.
 
 Any failure fails the item with a ``negt2i.failures.Failure`` (kind, stage, rule,
-gRPC code); never a verdict from partial perception. Each response names the
-models that actually served it (``orchestrator.stages``, identity).
-Health: ``""`` and ``negt2i.v1.Evaluator`` are NOT_SERVING until every stage
-service answers ``/readyz`` (polled every ``health_interval_s``), and go back
-to NOT_SERVING when one stops answering.
+gRPC code); never a verdict from partial perception. A failed unary call ends
+with the failure's code, its details in plain words, and the rich error model
+(``google.rpc.Status`` with ``ErrorInfo`` / ``BadRequest``: ``negt2i.wire.errors``)
+in its trailer; a failed stream item gets the same as an ``ItemError``. Each
+response names the models that actually served it (``orchestrator.stages``,
+identity). Health (overall, per stage, per category) and reflection (v1 and
+v1alpha): ``orchestrator.discovery``. The stream contract: ``EvaluateStream``.
 """
 
 from __future__ import annotations
@@ -31,12 +33,10 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1._async import HealthServicer
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2_grpc
 
 from negt2i import __version__, flow
 from negt2i.config import RuleConfig, load_config
@@ -44,9 +44,9 @@ from negt2i.failures import Failure, FailureKind
 from negt2i.spec import Prompt, SpecError, read_prompts
 from negt2i.stages.base import Image
 from negt2i.stages.registry import STAGES
-from negt2i.wire import adapter
+from negt2i.wire import adapter, errors
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, evaluator_pb2_grpc
-from orchestrator import guard
+from orchestrator import discovery, guard
 from orchestrator.admission import Admission, Overloaded, default_budget, item_cost
 from orchestrator.security import TokenAuth, server_credentials
 from orchestrator.settings import Settings
@@ -55,7 +55,13 @@ from orchestrator.stages import RemoteStages
 log = logging.getLogger("negt2i.orchestrator")
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
-SERVICE_NAME = evaluator_pb2.DESCRIPTOR.services_by_name["Evaluator"].full_name
+SERVICE_NAME = discovery.SERVICE_NAME
+DEADLINE_MARGIN_S: Final = 0.5
+"""An item's deadline ends this long before its call's (unary or stream), so that its DEADLINE_EXCEEDED
+answer, with the rich error details, reaches the client before gRPC ends the call."""
+BACKSTOP_S: Final = 0.2
+"""An item still running this long after its deadline (a step that does not watch the deadline) is cut and
+answered DEADLINE_EXCEEDED; less than ``DEADLINE_MARGIN_S``, so the answer still precedes the call's end."""
 
 
 class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
@@ -116,8 +122,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
     async def judge_item(
         self, request: evaluator_pb2.EvaluateRequest, deadline: float
     ) -> evaluator_pb2.EvaluateResponse:
-        """The verdict for one request, or a ``Failure``."""
-        _check_envelope(request)
+        """The verdict for one request (its envelope already checked: ``_check_envelope``), or a ``Failure``."""
         prompt = self._prompt(request)
         image = await self._image(request)
         data = request.image.data
@@ -162,7 +167,8 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         try:
             return await self.admission.acquire(cost, deadline)
         except Overloaded as exc:
-            raise Failure(FailureKind.STAGE_ERROR, exc.message, code="RESOURCE_EXHAUSTED") from None
+            raise Failure(FailureKind.STAGE_ERROR, exc.message, code="RESOURCE_EXHAUSTED",
+                          reason=errors.Reason.SERVER_OVERLOADED) from None  # fmt: skip
 
     def _limits(self) -> evaluator_pb2.ServerLimits:
         """``ServiceInfo.limits``."""
@@ -186,33 +192,49 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         )
 
     def _deadline(self, context: grpc.aio.ServicerContext[Any, Any]) -> float:
+        """The item's deadline: ``item_timeout_s`` from now, or the call's deadline less ``DEADLINE_MARGIN_S``
+        (so that the item's DEADLINE_EXCEEDED answer reaches the client before the call ends)."""
         left = context.time_remaining()
-        budget = self.settings.item_timeout_s if left is None else min(left, self.settings.item_timeout_s)
+        budget = self.settings.item_timeout_s
+        if left is not None:
+            budget = min(budget, left - DEADLINE_MARGIN_S)
         return time.monotonic() + budget
+
+    async def _judge_by(
+        self, request: evaluator_pb2.EvaluateRequest, deadline: float
+    ) -> evaluator_pb2.EvaluateResponse:
+        """``judge_item``, cut ``BACKSTOP_S`` after ``deadline`` (DEADLINE_EXCEEDED) whatever step it is in (a
+        stage call is cut at ``deadline`` itself, and its failure names the stage)."""
+        budget = _time_left(deadline)
+        try:
+            return await asyncio.wait_for(self.judge_item(request, deadline), budget + BACKSTOP_S)
+        except TimeoutError:
+            raise Failure(FailureKind.STAGE_ERROR, f"no verdict within the item's deadline ({budget:.1f} s)",
+                          code="DEADLINE_EXCEEDED", reason=errors.Reason.DEADLINE_EXCEEDED) from None  # fmt: skip
 
     # ------------------------------------------------------------------ RPCs
 
     async def Evaluate(
         self, request: evaluator_pb2.EvaluateRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> evaluator_pb2.EvaluateResponse:
-        """Judge one image against one prompt."""
+        """Judge one image against one prompt; failures carry the rich error model (``negt2i.wire.errors``)."""
         try:
             deadline = self._deadline(context)
+            _check_envelope(request)
+            _time_left(deadline)
             ticket = await self._admit(request, deadline)
             try:
-                return await self.judge_item(request, deadline)
+                return await self._judge_by(request, deadline)
             finally:
                 self.admission.release(ticket)
         except Failure as exc:
-            await context.abort(
-                getattr(grpc.StatusCode, exc.code, grpc.StatusCode.INTERNAL), guard.bounded(exc.details())
-            )
+            await _abort(context, exc)
             raise  # unreachable: abort raises
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a bug: say so rather than UNKNOWN
+        except Exception:  # a bug: say so in plain words (the traceback is logged), never UNKNOWN
             log.exception("request %s failed", guard.short(request.request_id))
-            await context.abort(grpc.StatusCode.INTERNAL, guard.bounded(f"{type(exc).__name__}: {exc}"))
+            await _abort(context, _internal())
             raise
 
     async def EvaluateStream(
@@ -222,49 +244,98 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
     ) -> AsyncIterator[evaluator_pb2.EvaluateStreamResponse]:
         """Judge items as they arrive, ``stream_window`` at a time; responses in completion order.
 
-        Flow control: the grant (``stream_window``) is sent as the initial metadata ``negt2i-max-in-flight``
-        (and in ``ServiceInfo.limits``); the stream is read no faster than items finish, and each item waits
-        for admission (``orchestrator.admission``) before the next one is read.
+        The stream contract (docs/api.md, "Stream contract"):
+
+        - flow control: the grant (``stream_window``) is sent as the initial metadata
+          ``negt2i-max-in-flight`` (and in ``ServiceInfo.limits``); a message is read only when fewer than
+          ``stream_window`` items are unanswered (an answer counts once it is written), so at most that many
+          items are held per stream, and each waits for admission (``orchestrator.admission``);
+        - every message read gets exactly one answer, matched by ``request_id``: a verdict or an
+          ``ItemError`` (with ``status``, the rich error model);
+        - ``request_id`` must be non-empty and unique among the stream's unanswered items: an empty one is
+          answered INVALID_ARGUMENT (reason INVALID_REQUEST_ID, empty id), a duplicate INVALID_ARGUMENT
+          (reason DUPLICATE_REQUEST_ID, the id) while the earlier item is judged and answered as usual;
+          an id may be reused once its answer has been sent (a retry);
+        - deadlines: each item has ``item_timeout_s`` or what is left of the stream's deadline less
+          ``DEADLINE_MARGIN_S``, whichever ends first; past it the item is answered DEADLINE_EXCEEDED, so
+          every item read is answered before the stream's deadline ends the call;
+        - a message over ``max_message_bytes`` fails that item (RESOURCE_EXHAUSTED, MESSAGE_TOO_LARGE); one
+          over gRPC's transport limit (``guard.TRANSPORT_FACTOR`` x) ends the stream (gRPC), with the items
+          in flight unanswered: a client resends what it has no answer for.
         """
         out: asyncio.Queue[evaluator_pb2.EvaluateStreamResponse | None] = asyncio.Queue()
         window = asyncio.Semaphore(self.settings.stream_window)
         tasks: set[asyncio.Task[None]] = set()
-        await context.send_initial_metadata((("negt2i-max-in-flight", str(self.settings.stream_window)),))
+        unanswered: dict[str, int] = {}  # request_id -> items read and not yet answered
+        await context.send_initial_metadata(
+            (("negt2i-max-in-flight", str(self.settings.stream_window)),
+             ("negt2i-max-message-bytes", str(self.settings.max_message_bytes)))
+        )  # fmt: skip
 
         def reply_id(request: Any) -> str:
             return str(request.request_id)[: guard.MAX_REQUEST_ID_CHARS]
 
+        async def answer(request: Any, *, result: Any = None, failure: Failure | None = None) -> None:
+            rid = reply_id(request)
+            if rid in unanswered:
+                unanswered[rid] -= 1
+                if unanswered[rid] <= 0:
+                    del unanswered[rid]
+            if failure is not None:
+                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=rid, error=_item_error(failure)))
+            else:
+                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, result=result))
+
         async def one(request: evaluator_pb2.EvaluateRequest, deadline: float, ticket: Any) -> None:
             try:
-                result = await self.judge_item(request, deadline)
-                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=request.request_id, result=result))
+                try:
+                    result = await self._judge_by(request, deadline)
+                finally:
+                    self.admission.release(ticket)
+                await answer(request, result=result)
             except Failure as exc:
-                await out.put(
-                    evaluator_pb2.EvaluateStreamResponse(request_id=reply_id(request), error=_item_error(exc))
-                )
-            except Exception as exc:  # never lose an item silently
+                await answer(request, failure=exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never lose an item silently
                 log.exception("item %s failed", guard.short(request.request_id))
-                err = _item_error(Failure(FailureKind.STAGE_ERROR, f"{type(exc).__name__}: {exc}"))
-                await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=reply_id(request), error=err))
-            finally:
-                self.admission.release(ticket)
-                window.release()
+                await answer(request, failure=_internal())
+
+        async def start(request: Any) -> None:
+            """Check one message and start judging it, or answer it at once."""
+            rid = reply_id(request)
+            try:
+                _check_envelope(request)
+                if not rid:
+                    why = "a stream item needs a non-empty request_id (its answer carries it)"
+                    raise _invalid(FailureKind.INVALID_METADATA, why, "request_id", errors.Reason.INVALID_REQUEST_ID)
+                if rid in unanswered:
+                    unanswered[rid] += 1
+                    raise _invalid(FailureKind.INVALID_METADATA, f"request_id {guard.short(rid)!r} is already in "
+                                   "flight on this stream; send it again after its answer", "request_id",
+                                   errors.Reason.DUPLICATE_REQUEST_ID)  # fmt: skip
+                unanswered[rid] = 1
+                deadline = self._deadline(context)
+                _time_left(deadline)
+                ticket = await self._admit(request, deadline)
+            except Failure as exc:
+                await answer(request, failure=exc)
+                return
+            task = asyncio.create_task(one(request, deadline, ticket))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
 
         async def read() -> None:
             try:
-                async for request in request_iterator:
-                    await window.acquire()
-                    deadline = self._deadline(context)
+                iterator = request_iterator.__aiter__()
+                while True:
+                    await window.acquire()  # released when an answer has been written
                     try:
-                        ticket = await self._admit(request, deadline)
-                    except Failure as exc:
+                        request = await iterator.__anext__()
+                    except StopAsyncIteration:
                         window.release()
-                        err = _item_error(exc)
-                        await out.put(evaluator_pb2.EvaluateStreamResponse(request_id=reply_id(request), error=err))
-                        continue
-                    task = asyncio.create_task(one(request, deadline, ticket))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
+                        break
+                    await start(request)
                 while tasks:
                     await asyncio.gather(*list(tasks), return_exceptions=True)
             finally:
@@ -274,6 +345,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         try:
             while (item := await out.get()) is not None:
                 yield item
+                window.release()
             await reader
         finally:
             reader.cancel()
@@ -303,16 +375,42 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         return adapter.vocabulary_to_proto()
 
 
-def _invalid(kind: FailureKind, message: str, field: str) -> Failure:
-    return Failure(kind, message, field=field, code="INVALID_ARGUMENT")
+def _invalid(kind: FailureKind, message: str, field: str, reason: str = "") -> Failure:
+    return Failure(kind, message, field=field, code="INVALID_ARGUMENT", reason=reason)
+
+
+def _time_left(deadline: float) -> float:
+    """Seconds left before ``deadline``; a DEADLINE_EXCEEDED ``Failure`` when none are."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Failure(FailureKind.STAGE_ERROR, "the deadline (less the answer margin) had passed before the item "
+                      "could start", code="DEADLINE_EXCEEDED", reason=errors.Reason.DEADLINE_EXCEEDED)  # fmt: skip
+    return left
+
+
+def _internal() -> Failure:
+    """What a bug in the orchestrator is answered with (the traceback goes to the server's log only)."""
+    return Failure(FailureKind.STAGE_ERROR, "internal error in the orchestrator (details are in the server's log)",
+                   code="INTERNAL", reason=errors.Reason.INTERNAL_ERROR)  # fmt: skip
 
 
 def _item_error(failure: Failure) -> evaluator_pb2.ItemError:
-    """The ``ItemError`` of a failure, its message and field bounded (``orchestrator.guard``)."""
+    """The ``ItemError`` of a failure (with its rich ``status``), its message and field bounded
+    (``orchestrator.guard``)."""
     err = adapter.failure_to_proto(failure)
     err.message = guard.bounded(err.message)
     err.field = guard.short(err.field, 200)
+    err.status.message = err.message
     return err
+
+
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], failure: Failure) -> None:
+    """End a unary call with the failure's code, its bounded plain-words details and the rich error model in
+    the ``grpc-status-details-bin`` trailer."""
+    from grpc_status import rpc_status
+
+    text = guard.bounded(errors.plain(failure.details()))
+    await context.abort_with_status(rpc_status.to_status(errors.to_status(failure, text)))
 
 
 def _admission(settings: Settings) -> Admission:
@@ -323,7 +421,11 @@ def _admission(settings: Settings) -> Admission:
 def _check_envelope(request: Any) -> None:
     """What every request must satisfy before its prompt and image are looked at."""
     if isinstance(request, guard.BadMessage):
-        raise _invalid(FailureKind.INVALID_METADATA, request.reason, "request")
+        if request.too_large:
+            kind = FailureKind.UNREADABLE_IMAGE if request.image else FailureKind.INVALID_METADATA
+            raise Failure(kind, request.reason, field=request.field, code="RESOURCE_EXHAUSTED",
+                          reason=errors.Reason.MESSAGE_TOO_LARGE)  # fmt: skip
+        raise _invalid(FailureKind.INVALID_METADATA, request.reason, "request", errors.Reason.MALFORMED_REQUEST)
     if len(request.request_id) > guard.MAX_REQUEST_ID_CHARS:
         raise _invalid(
             FailureKind.INVALID_METADATA,
@@ -342,24 +444,6 @@ async def _gather_all(coros: Sequence[Any]) -> list[Any]:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-
-
-async def watch_health(stages: RemoteStages, health: HealthServicer, interval_s: float) -> None:
-    """Poll every stage's ``/readyz``; SERVING only while all answer."""
-    serving: bool | None = None
-    while True:
-        states = await asyncio.gather(*(stages.ready(s) for s in STAGES))
-        now = all(states)
-        if now != serving:
-            status = health_pb2.HealthCheckResponse.SERVING if now else health_pb2.HealthCheckResponse.NOT_SERVING
-            for name in ("", SERVICE_NAME):
-                await health.set(name, status)
-            down = [s for s, ok in zip(STAGES, states, strict=True) if not ok]
-            log.info(
-                "health: %s%s", "SERVING" if now else "NOT_SERVING", f" (waiting for {', '.join(down)})" if down else ""
-            )
-            serving = now
-        await asyncio.sleep(interval_s)
 
 
 def load_corpus(path: str) -> dict[str, Prompt]:
@@ -389,7 +473,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         config=config,
     )
     options = [
-        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        # gRPC ends a call whose message is over this; up to it, guard answers an oversized item on its own
+        ("grpc.max_receive_message_length", guard.TRANSPORT_FACTOR * settings.max_message_bytes),
         ("grpc.max_send_message_length", settings.max_message_bytes),
         # clients send keepalive pings (negt2i.client: every 30 s, also on idle streams): allow them
         ("grpc.keepalive_permit_without_calls", 1),
@@ -410,16 +495,12 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     interceptors = [TokenAuth(settings.auth_token)] if settings.auth_token else []
     server = grpc.aio.server(options=options, interceptors=interceptors)
     evaluator = Evaluator(settings, stages, config, corpus)
-    guard.add_evaluator(evaluator, server)
-    health = HealthServicer()
-    for name in ("", SERVICE_NAME):
-        await health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    guard.add_evaluator(evaluator, server, settings.max_message_bytes)
+    health = discovery.Health()
+    await discovery.set_all(health, discovery.health_statuses({}, config))  # NOT_SERVING until polled
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     if settings.reflection:
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
-            server,
-        )
+        discovery.enable_reflection(server, (SERVICE_NAME, discovery.HEALTH_SERVICE))
     address = f"{settings.host}:{settings.port}"
     try:
         bound = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
@@ -431,7 +512,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
              ", token" if settings.auth_token else "", config.name, len(corpus),
              evaluator.admission.budget >> 20, evaluator.admission.max_active)  # fmt: skip
     print(f"orchestrator listening on {settings.host}:{bound}", flush=True)
-    watcher = asyncio.create_task(watch_health(stages, health, settings.health_interval_s))
+    watcher = asyncio.create_task(discovery.watch_health(stages, health, settings.health_interval_s, config))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

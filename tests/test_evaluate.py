@@ -530,3 +530,35 @@ def test_reading_ahead_is_bounded(many: Path, tmp_path: Path, monkeypatch):
     evaluate(jobs, tmp_path / "r.jsonl", stages, batch_size=4, workers=4, progress=False)
     assert counts["read"] == counts["written"] == 120
     assert 4 * (ev.AHEAD + 1) <= counts["most"] <= 4 * (ev.AHEAD + 4)
+
+
+@pytest.mark.parametrize("workers", [0, 3])
+def test_a_bug_in_the_rules_stops_the_run_with_whole_lines_in_job_order(many: Path, tmp_path: Path, monkeypatch,
+                                                                        workers: int):  # fmt: skip
+    """An unexpected exception while judging one image (not a ``Failure``: a bug) ends the run with that
+    exception; the file holds whole lines of the jobs before it, in job order, and a rerun completes it to
+    the same bytes as a run without the bug."""
+    from negt2i import flow
+
+    jobs = discover(many)[:64]
+    full = tmp_path / "full.jsonl"
+    evaluate(jobs, full, Stages.create(SYNTH), batch_size=4, workers=workers, progress=False)
+    real_finish = flow.finish
+    bad = jobs[21].prompt
+
+    def finish(prompt, *args, **kwargs):
+        if prompt is bad:
+            raise RuntimeError("a bug in the rules")
+        return real_finish(prompt, *args, **kwargs)
+
+    monkeypatch.setattr(flow, "finish", finish)
+    out = tmp_path / "r.jsonl"
+    with pytest.raises(RuntimeError, match="a bug in the rules"):
+        evaluate(jobs, out, Stages.create(SYNTH), batch_size=4, workers=workers, progress=False)
+    text = out.read_text()
+    first_bad = next(i for i, job in enumerate(jobs) if job.prompt is bad)
+    assert len(text.splitlines()) == first_bad  # every job before the first image of that prompt
+    assert full.read_text().startswith(text)
+    monkeypatch.setattr(flow, "finish", real_finish)
+    evaluate(jobs, out, Stages.create(SYNTH), batch_size=4, workers=workers, progress=False)
+    assert out.read_bytes() == full.read_bytes()

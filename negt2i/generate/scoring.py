@@ -148,7 +148,7 @@ class Scorer:
         timer.start()
 
     def _answer(self, resp: evaluator_pb2.EvaluateStreamResponse) -> None:
-        from negt2i.client import TRANSIENT, _code_name, _record_of
+        from negt2i.client import _record_of, item_transient
 
         assert self.outcome is not None and self._config is not None
         with self._lock:
@@ -156,7 +156,7 @@ class Scorer:
             if job is None:  # a duplicate answer to a re-sent item
                 return
             tries = self._tries.get(job.filename, 1)
-            transient = resp.HasField("error") and _code_name(resp.error.code) in TRANSIENT
+            transient = resp.HasField("error") and item_transient(resp.error)
             if transient and tries < self.attempts:
                 self._tries[job.filename] = tries + 1
                 self.outcome.retried += 1

@@ -53,6 +53,7 @@ from negt2i.vocab import (
     VALUES,
     Category,
 )
+from negt2i.wire import errors
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
 
 CONTRACT: Final = "negt2i.v1"
@@ -241,14 +242,17 @@ _KIND_FROM: Final[dict[int, FailureKind]] = {v: k for k, v in _KIND_TO.items()}
 
 
 def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
-    """The ``ItemError`` of an item that got no verdict (``message`` is the failure's details)."""
+    """The ``ItemError`` of an item that got no verdict (``message`` is the failure's details in plain words,
+    ``status`` the same error in the rich error model: ``negt2i.wire.errors``)."""
+    message = errors.plain(failure.details())
     return evaluator_pb2.ItemError(
         code=_CODE_NUMBERS.get(failure.code, 13),
-        message=failure.details(),
+        message=message,
         field=failure.field,
         stage=failure.stage,
         kind=_KIND_TO[failure.kind],  # type: ignore[arg-type]
         rule=failure.rule,
+        status=errors.to_status(failure, message),
     )
 
 
@@ -263,7 +267,9 @@ def failure_from_proto(msg: evaluator_pb2.ItemError) -> Failure:
             kind = FailureKind.UNREADABLE_IMAGE
     code = _CODE_NAMES.get(int(msg.code), str(msg.code))
     text = f"{code}: {msg.message}"
-    return Failure(kind, msg.message, stage=msg.stage, rule=msg.rule, field=msg.field, code=code, text=text)
+    reason = errors.failure_from_status(msg.status).reason if msg.HasField("status") else ""
+    return Failure(kind, msg.message, stage=msg.stage, rule=msg.rule, field=msg.field, code=code, text=text,
+                   reason=reason)  # fmt: skip
 
 
 # --------------------------------------------------------------------------- detector
@@ -533,7 +539,7 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
         where = exc.field.replace("include", "objects") if exc.field else ""
         if where == "extra":
             where = "extra_json"
-        raise WireError(exc.message, field=f"{field}.{where}" if where else field) from None
+        raise WireError(exc.message, field=errors.proto_path(f"{field}.{where}") if where else field) from None
 
 
 def _statements_from_proto(msgs: Sequence[evaluator_pb2.Statement], where_prefix: str) -> list[dict[str, Any]]:

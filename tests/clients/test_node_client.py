@@ -148,7 +148,7 @@ def test_errors_reach_node_as_status_and_details(
     python_unicorn.prompt.objects[0].class_name = "unicorn"
     cases = [
         (["evaluate", str(image), "--metadata", str(unicorn)], python_unicorn,
-         "INVALID_ARGUMENT", "prompt.objects[0].class"),
+         "INVALID_ARGUMENT", "prompt.objects[0].class_name"),
         (["evaluate", str(not_an_image), "--metadata", str(meta)],
          make_request(not_an_image.read_bytes(), prompt=prompt, request_id="x"), "INVALID_ARGUMENT", "image.data"),
         (["evaluate", str(image), "--prompt-id", "no-such-prompt"],
@@ -197,7 +197,7 @@ def test_stream_items_fail_alone_and_every_item_is_answered_once(
     errors = {rid: answers[rid]["error"] for rid in ("bad-image", "bad-class", "bad-id")}
     assert {rid: (e["code_name"], e["field"], e["kind"]) for rid, e in errors.items()} == {
         "bad-image": ("INVALID_ARGUMENT", "image.data", "FAILURE_KIND_UNREADABLE_IMAGE"),
-        "bad-class": ("INVALID_ARGUMENT", "prompt.objects[0].class", "FAILURE_KIND_INVALID_METADATA"),
+        "bad-class": ("INVALID_ARGUMENT", "prompt.objects[0].class_name", "FAILURE_KIND_INVALID_METADATA"),
         "bad-id": ("NOT_FOUND", "prompt_id", "FAILURE_KIND_MISSING_METADATA"),
     }
     assert "unknown class 'unicorn'" in errors["bad-class"]["message"]

@@ -10,9 +10,10 @@ import grpc
 import pytest
 
 from negt2i.cli.common import parse_shard as _shard
-from negt2i.client import ClientError, SubmitOutcome, _record_of, _rules_from_info, make_request
+from negt2i.client import ClientError, SubmitOutcome, _record_of, _rules_from_info, item_retryable, make_request
 from negt2i.config import CURRENT, PREVIOUS
 from negt2i.evaluate import Job, Summary, select_shard
+from negt2i.failures import Failure, FailureKind
 from negt2i.spec import parse_prompt
 from negt2i.stages.demo_data import prompt_records
 from negt2i.wire import adapter
@@ -59,11 +60,18 @@ def test_rules_travel_with_their_digest():
         (grpc.StatusCode.INVALID_ARGUMENT, "image.data", "unreadable_image"),
         (grpc.StatusCode.INVALID_ARGUMENT, "prompt.objects[0].class", "invalid_metadata"),
         (grpc.StatusCode.INTERNAL, "", "stage_error"),
+        # an oversized message is RESOURCE_EXHAUSTED too, but sending it again cannot help (ErrorInfo.reason)
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, "image.data", "unreadable_image"),
     ],
 )
 def test_item_errors_become_lines_or_reruns(code, field, line):
     job = Job("00000/samples/0000.png", Path("x.png"), 0, PROMPT)
     err = evaluator_pb2.ItemError(code=code.value[0], message="why", field=field)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and field:
+        failure = Failure(FailureKind.UNREADABLE_IMAGE, "why", field=field, code=code.name, reason="MESSAGE_TOO_LARGE")
+        err = adapter.failure_to_proto(failure)
+        err.message = "why"
+    assert item_retryable(err) == (line is None and code.name in {"UNAVAILABLE", "RESOURCE_EXHAUSTED"})
     resp = evaluator_pb2.EvaluateStreamResponse(request_id="0", error=err)
     outcome = SubmitOutcome(Summary())
     record = _record_of(resp, job, config=CURRENT, models={}, services={}, outcome=outcome)

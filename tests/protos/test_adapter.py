@@ -99,7 +99,8 @@ def test_prompts_round_trip_exactly(record):
 def test_prompt_errors_name_the_field():
     msg = adapter.prompt_to_proto(parse_prompt(prompt_records(3)[2]))
     msg.statements[0].relation.subject = 9
-    with pytest.raises(adapter.WireError, match=r"prompt\.statements\[0\]\.subject: points at object 9"):
+    # field paths in the proto's names (AIP-193), as BadRequest field violations carry them
+    with pytest.raises(adapter.WireError, match=r"prompt\.statements\[0\]\.relation\.subject: points at object 9"):
         adapter.prompt_from_proto(msg)
     msg = adapter.prompt_to_proto(parse_prompt(prompt_records(1)[0]))
     msg.statements[0].polarity = evaluator_pb2.POLARITY_UNSPECIFIED
@@ -107,8 +108,14 @@ def test_prompt_errors_name_the_field():
         adapter.prompt_from_proto(msg)
     msg = adapter.prompt_to_proto(parse_prompt(prompt_records(1)[0]))
     msg.statements[0].attribute.value = "teal"
-    with pytest.raises(adapter.WireError, match="'teal' is not a color value"):
+    with pytest.raises(adapter.WireError, match="'teal' is not a color value") as err:
         adapter.prompt_from_proto(msg)
+    assert err.value.field == "prompt.statements[0].attribute.value"
+    msg.statements[0].attribute.value = "red"
+    msg.objects[0].class_name = "unicorn"
+    with pytest.raises(adapter.WireError, match="unknown class 'unicorn'") as err:
+        adapter.prompt_from_proto(msg)
+    assert err.value.field == "prompt.objects[0].class_name"
 
 
 def test_verdicts_round_trip_exactly():

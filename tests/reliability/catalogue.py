@@ -70,7 +70,8 @@ GRPC: list[dict[str, Any]] = [
      "field": "request"},
     {"kind": "empty message", "via": "grpc", "raw": b"", "expect": "INVALID_ARGUMENT", "field": "prompt_source"},
     _g("request_id of 300 characters", GOOD_PROMPT, request_id={"$str": ["r", 300]}, field="request_id"),
-    _g("message above the gRPC size limit", GOOD_PROMPT, image="$oversize_message", expect="RESOURCE_EXHAUSTED"),
+    _g("message above the gRPC size limit", GOOD_PROMPT, image="$oversize_message", expect="RESOURCE_EXHAUSTED",
+       field="image.data: message of"),
     # the prompt source
     _g("neither prompt nor prompt_id", None, field="prompt_source"),
     _g("unknown prompt_id", None, prompt_id="no-such-prompt", expect="NOT_FOUND", field="prompt_id"),

@@ -21,6 +21,8 @@ import numpy as np
 import psutil
 import pytest
 from google.protobuf import json_format
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
@@ -137,21 +139,47 @@ def test_grpc_unary(entry: dict[str, Any], channel: Any) -> None:
     details = err.details() or ""
     assert len(details) <= 1100, f"unbounded message ({len(details)} characters)"
     assert entry["field"] in details, details
+    _check_rich(rpc_status.from_call(err), err.code().value[0], details)
+
+
+LEAKS = ("object at 0x", "<_io.", "Traceback", "should have", "Input should", "String should", "Error: ")
+
+
+def _check_rich(status: Any, code: int, details: str) -> None:
+    """The rich error model (negt2i.wire.errors): code and text as the call's, an ErrorInfo with a reason and
+    the stage, and for INVALID_ARGUMENT a BadRequest naming one field; plain words only."""
+    assert status is not None, f"no google.rpc.Status for {details!r}"
+    assert status.code == code and status.message == details
+    info, bad = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest()
+    kinds = [d.type_url.rsplit("/", 1)[-1] for d in status.details]
+    assert kinds == (["google.rpc.ErrorInfo", "google.rpc.BadRequest"] if code == 3 else ["google.rpc.ErrorInfo"])
+    status.details[0].Unpack(info)
+    assert info.domain == "negt2i.v1" and info.reason.isupper() and info.metadata["stage"]
+    if code == 3:
+        status.details[1].Unpack(bad)
+        (violation,) = bad.field_violations
+        assert violation.field and violation.description and violation.reason == info.reason
+    assert not any(leak in details for leak in LEAKS), details
 
 
 def test_grpc_stream_fails_only_the_bad_items(channel: Any) -> None:
     """Every catalogue request on one stream, plus good items: each bad one gets its status as an item
     error, the good ones verdicts, and the stream itself ends OK."""
-    entries = [e for e in GRPC if e["expect"] != "RESOURCE_EXHAUSTED"]  # over the size limit: the stream dies
+    entries = list(GRPC)  # a message over the size limit (below gRPC's transport limit) fails alone too
     good = evaluator_pb2.EvaluateRequest(request_id="good", image=adapter.image_to_proto(images()["$png"]))
     good.prompt.CopyFrom(json_format.ParseDict(expand(GRPC[6]["request"]["prompt"]), evaluator_pb2.PromptSpec()))
-    payloads = [good.SerializeToString(), *(grpc_bytes(e) for e in entries), good.SerializeToString()]
+    first = good.SerializeToString()
+    good.request_id = "good-again"  # request_ids are unique among a stream's unanswered items
+    payloads = [first, *(grpc_bytes(e) for e in entries), good.SerializeToString()]
     call = channel.stream_stream(STREAM)
     answers = [evaluator_pb2.EvaluateStreamResponse.FromString(r) for r in call(iter(payloads), timeout=120)]
     assert len(answers) == len(payloads)
     codes = sorted(grpc.StatusCode.OK.name if a.HasField("result") else _name(a.error.code) for a in answers)
     want = sorted(["OK", "OK", *(e["expect"] for e in entries)])
     assert codes == want
+    for a in answers:
+        if a.HasField("error"):
+            _check_rich(a.error.status, a.error.code, a.error.message)
 
 
 def _name(code: int) -> str:

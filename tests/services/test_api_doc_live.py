@@ -16,9 +16,13 @@ from tests.services.live import REPO, Proc
 pytestmark = pytest.mark.xdist_group("services")
 
 
-def _python_blocks() -> list[str]:
+def _python_blocks(heading: str = "## Examples") -> list[str]:
+    """The Python code blocks of one section of docs/api.md (``heading`` up to the next ``## ``)."""
     text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
-    return re.findall(r"^```python\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end >= 0 else len(text)]
+    return re.findall(r"^```python\n(.*?)^```$", section, re.MULTILINE | re.DOTALL)
 
 
 def _run(code: str, target: str, image: Path) -> str:

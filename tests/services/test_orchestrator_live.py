@@ -14,12 +14,13 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from negt2i.cli import main
 from negt2i.client import AsyncEvaluatorClient, ClientError, EvaluatorClient, make_request
 from negt2i.images import ImageError, load_image
 from negt2i.spec import parse_prompt
-from negt2i.stages.demo_data import prompt_records, write_demo
+from negt2i.stages.demo_data import prompt_records, scene_for, write_demo
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
@@ -204,7 +205,7 @@ def _bad_index(req: evaluator_pb2.EvaluateRequest) -> None:
         (b"", None, "image.data: empty image"),
         (bomb_png(), None, "image.data: image is 40000 x 40000 = 1600000000 pixels, above the limit"),
         (encoded(np.zeros((8, 8, 3), np.uint8), "TIFF"), None, "not a PNG, JPEG or WebP image (the file is TIFF)"),
-        (DOG_HORSE, _unknown_class, "prompt.objects[0].class: unknown class 'unicorn'"),
+        (DOG_HORSE, _unknown_class, "prompt.objects[0].class_name: unknown class 'unicorn'"),
         (DOG_HORSE, _wrong_case_class, "unknown class 'Dog' (not one of the 80 COCO classes; did you mean 'dog'?)"),
         (DOG_HORSE, _wrong_case_predicate, "unknown predicate 'In  Front of' for category depth; did you mean"),
         (DOG_HORSE, _unknown_predicate, "unknown predicate 'beside'"),
@@ -278,12 +279,31 @@ def test_unavailable_stage_and_health(stage_urls: dict[str, str], live_tmp: Path
         wait_log(proc, "NOT_SERVING (waiting for depth)")  # event: a health poll found depth down
         with EvaluatorClient(proc.target) as client:
             assert client.health() == "NOT_SERVING"  # the depth stage never answered /readyz
+            assert client.health("") == "NOT_SERVING"  # overall: every stage up
+            # per stage and per category (docs/api.md, "Health and discovery")
+            for stage in ("detector", "segmenter", "attributes", "depth"):
+                want = "NOT_SERVING" if stage == "depth" else "SERVING"
+                assert client.health(f"negt2i.v1.Evaluator/stage/{stage}") == want
+            for category in ("color", "material", "directional", "proximity", "comparative", "depth"):
+                want = "NOT_SERVING" if category == "depth" else "SERVING"
+                assert client.health(f"negt2i.v1.Evaluator/category/{category}") == want
+            with pytest.raises(grpc.RpcError) as unknown:
+                client.health("negt2i.v1.Evaluator/category/shape")
+            assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+            listed = health_pb2_grpc.HealthStub(client.channel).List(health_pb2.HealthListRequest(), timeout=5)
+            assert len(listed.statuses) == 12 and listed.statuses["negt2i.v1.Evaluator/category/color"].status == 1
             with pytest.raises(ClientError) as err:
                 client.evaluate(DOG_HORSE, prompt=parse_prompt(DEPTH))
             assert err.value.code == "UNAVAILABLE" and err.value.details.startswith("depth: unreachable")
-            color = parse_prompt(prompt_records(1)[0])  # needs no depth: still judged
-            assert client.evaluate(_png([SceneObject(color.objects[0].class_name, (8, 8, 40, 40), value="red")]),
-                                   prompt=color).verdict is not None  # fmt: skip
+            assert (err.value.stage, err.value.reason) == ("depth", "STAGE_UNAVAILABLE")  # the rich error model
+            assert "Error" not in err.value.details  # plain words, no exception class names
+            # the SERVING categories' prompts are judged: color (detector + attributes) and every relation
+            # category without depth (detector + segmenter)
+            records = prompt_records(5, seed=5)  # color, material, directional, proximity, comparative
+            assert [r["category"] for r in records] == ["color", "material", "directional", "proximity", "comparative"]
+            for record in records:
+                image = adapter.encode_png(scene_for(record, np.random.default_rng(1)))
+                assert client.evaluate(image, prompt=parse_prompt(record)).verdict.prompt_id == record["id"]
     finally:
         proc.kill()
 
@@ -315,6 +335,7 @@ def test_deadline_and_full_queue(stage_urls: dict[str, str], slow_detector: tupl
                     try:
                         await client.evaluate(DOG_HORSE, prompt=parse_prompt(DEPTH))
                     except ClientError as exc:
+                        reasons.append((exc.code, exc.reason, exc.stage))  # the rich error model
                         return exc.code
                     return "OK"
 
@@ -324,8 +345,12 @@ def test_deadline_and_full_queue(stage_urls: dict[str, str], slow_detector: tupl
                 rest = await asyncio.gather(one(), one())
                 return [await first, *rest]
 
+        reasons: list[tuple[str, str, str]] = []
         codes = asyncio.run(run())  # no queue: the others are turned away; the first runs out of its 2 s
         assert sorted(codes) == ["DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"]
+        assert sorted(reasons) == [("DEADLINE_EXCEEDED", "DEADLINE_EXCEEDED", "detector"),
+                                   ("RESOURCE_EXHAUSTED", "STAGE_OVERLOADED", "detector"),
+                                   ("RESOURCE_EXHAUSTED", "STAGE_OVERLOADED", "detector")]  # fmt: skip
     finally:
         proc.kill()
 

@@ -22,11 +22,12 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.rpc import status_pb2 as google_dot_rpc_dot_status__pb2
 from negt2i.wire.v1 import common_pb2 as negt2i_dot_v1_dot_common__pb2
 from negt2i.wire.v1 import stages_pb2 as negt2i_dot_v1_dot_stages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19negt2i/v1/evaluator.proto\x12\tnegt2i.v1\x1a\x16negt2i/v1/common.proto\x1a\x16negt2i/v1/stages.proto\"/\n\nObjectSpec\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\"3\n\x12\x41ttributeStatement\x12\x0e\n\x06object\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\t\"G\n\x11RelationStatement\x12\x0f\n\x07subject\x18\x01 \x01(\x05\x12\x0e\n\x06target\x18\x02 \x01(\x05\x12\x11\n\tpredicate\x18\x03 \x01(\t\"\xa0\x01\n\tStatement\x12%\n\x08polarity\x18\x01 \x01(\x0e\x32\x13.negt2i.v1.Polarity\x12\x32\n\tattribute\x18\x02 \x01(\x0b\x32\x1d.negt2i.v1.AttributeStatementH\x00\x12\x30\n\x08relation\x18\x03 \x01(\x0b\x32\x1c.negt2i.v1.RelationStatementH\x00\x42\x06\n\x04kind\"\xd8\x02\n\nPromptSpec\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12%\n\x08\x63\x61tegory\x18\x03 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0b\n\x03tag\x18\x04 \x01(\t\x12&\n\x07objects\x18\x05 \x03(\x0b\x32\x15.negt2i.v1.ObjectSpec\x12(\n\nstatements\x18\x06 \x03(\x0b\x32\x14.negt2i.v1.Statement\x12\x12\n\nextra_json\x18\x07 \x01(\t\x12$\n\x06probes\x18\x08 \x03(\x0b\x32\x14.negt2i.v1.Statement\x12\x11\n\tsource_id\x18\t \x01(\t\x12\x0c\n\x04\x66orm\x18\n \x01(\t\x12\x0f\n\x07setting\x18\x0b \x01(\t\x12&\n\x07\x65xclude\x18\x0c \x03(\x0b\x32\x15.negt2i.v1.ObjectSpec\x12\x14\n\x0csame_text_as\x18\r \x01(\t\"\xb1\x01\n\x0f\x45valuateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\'\n\x06prompt\x18\x02 \x01(\x0b\x32\x15.negt2i.v1.PromptSpecH\x00\x12\x13\n\tprompt_id\x18\x03 \x01(\tH\x00\x12\x1f\n\x05image\x18\x04 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1a\n\x12include_perception\x18\x05 \x01(\x08\x42\x0f\n\rprompt_source\"\x95\x02\n\rObjectVerdict\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x12\n\nclass_name\x18\x02 \x01(\t\x12\x11\n\trequested\x18\x03 \x01(\x05\x12\x0f\n\x07present\x18\x04 \x01(\x08\x12\x0f\n\x07\x63ounted\x18\x05 \x01(\x05\x12\x0c\n\x04kept\x18\x06 \x01(\x05\x12\x10\n\x08\x66\x61llback\x18\x07 \x01(\x08\x12\x16\n\ttop_score\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\nover_count\x18\t \x01(\x08\x12\x13\n\x0bunder_count\x18\n \x01(\x08\x12\x0e\n\x06\x65xempt\x18\x0b \x01(\x08\x12\x12\n\ndetections\x18\x0c \x03(\x05\x12\x19\n\x11measurements_json\x18\r \x01(\tB\x0c\n\n_top_score\"\x1a\n\x08\x46iredSet\x12\x0e\n\x06values\x18\x01 \x03(\t\"\xa5\x02\n\x10StatementVerdict\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12%\n\x08polarity\x18\x03 \x01(\x0e\x32\x13.negt2i.v1.Polarity\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07objects\x18\x05 \x03(\x05\x12\x11\n\trequested\x18\x06 \x01(\t\x12\x11\n\tevaluated\x18\x07 \x01(\x08\x12\"\n\x05\x66ired\x18\x08 \x01(\x0b\x32\x13.negt2i.v1.FiredSet\x12\x0e\n\x06passed\x18\t \x01(\x08\x12&\n\x05\x63\x61use\x18\n \x01(\x0e\x32\x17.negt2i.v1.FailureCause\x12\x11\n\tdead_zone\x18\x0b \x01(\x08\x12\x19\n\x11measurements_json\x18\x0c \x01(\t\"\x9a\x03\n\x07Verdict\x12\x11\n\tprompt_id\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12%\n\x08\x63\x61tegory\x18\x04 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0f\n\x07setting\x18\x05 \x01(\t\x12\x0f\n\x07\x63orrect\x18\x06 \x01(\x08\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12,\n\rfailure_class\x18\x08 \x01(\x0e\x32\x15.negt2i.v1.RowFailure\x12)\n\x07objects\x18\t \x03(\x0b\x32\x18.negt2i.v1.ObjectVerdict\x12/\n\nstatements\x18\n \x03(\x0b\x32\x1b.negt2i.v1.StatementVerdict\x12\x13\n\x0b\x63onfig_json\x18\x0b \x01(\t\x12\x19\n\x11\x65valuator_version\x18\x0c \x01(\t\x12+\n\x06probes\x18\r \x03(\x0b\x32\x1b.negt2i.v1.StatementVerdict\x12\x11\n\tsource_id\x18\x0e \x01(\t\x12\x0c\n\x04\x66orm\x18\x0f \x01(\t\"\x9f\x01\n\x10\x45valuateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07verdict\x18\x02 \x01(\x0b\x32\x12.negt2i.v1.Verdict\x12\'\n\x06stages\x18\x03 \x03(\x0b\x32\x17.negt2i.v1.StageService\x12)\n\nperception\x18\x04 \x01(\x0b\x32\x15.negt2i.v1.Perception\"?\n\x0bRefinedMask\x12\x11\n\tdetection\x18\x01 \x01(\x05\x12\x1d\n\x04mask\x18\x02 \x01(\x0b\x32\x0f.negt2i.v1.Mask\"H\n\x12InstanceAttributes\x12\x11\n\tdetection\x18\x01 \x01(\x05\x12\x0f\n\x07\x61nswers\x18\x02 \x03(\t\x12\x0e\n\x06scores\x18\x03 \x03(\x02\"\xa9\x01\n\nPerception\x12+\n\ndetections\x18\x01 \x01(\x0b\x32\x17.negt2i.v1.DetectResult\x12\'\n\x07refined\x18\x02 \x03(\x0b\x32\x16.negt2i.v1.RefinedMask\x12\x31\n\nattributes\x18\x03 \x03(\x0b\x32\x1d.negt2i.v1.InstanceAttributes\x12\x12\n\nused_depth\x18\x04 \x01(\x08\"|\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12$\n\x04kind\x18\x05 \x01(\x0e\x32\x16.negt2i.v1.FailureKind\x12\x0c\n\x04rule\x18\x06 \x01(\t\"\x8d\x01\n\x16\x45valuateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.negt2i.v1.EvaluateResponseH\x00\x12%\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x14.negt2i.v1.ItemErrorH\x00\x42\t\n\x07outcome\"\x17\n\x15GetServiceInfoRequest\"\xff\x02\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_image_bytes\x18\x02 \x01(\x03\x12\x12\n\nmax_pixels\x18\x03 \x01(\x03\x12 \n\x18max_in_flight_per_stream\x18\x04 \x01(\x05\x12\x1a\n\x12max_inflight_bytes\x18\x05 \x01(\x03\x12\x18\n\x10max_active_items\x18\x06 \x01(\x05\x12\x19\n\x11max_waiting_items\x18\x07 \x01(\x05\x12\x16\n\x0emax_statements\x18\x08 \x01(\x05\x12\x13\n\x0bmax_objects\x18\t \x01(\x05\x12\x16\n\x0emax_text_chars\x18\n \x01(\x05\x12\x1c\n\x14max_extra_json_bytes\x18\x0b \x01(\x05\x12\x1c\n\x14max_extra_json_depth\x18\x0c \x01(\x05\x12\x1c\n\x14max_request_id_chars\x18\r \x01(\x05\x12\x15\n\rauth_required\x18\x0e \x01(\x08\"\x93\x02\n\x0bServiceInfo\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x1c\n\x14orchestrator_version\x18\x02 \x01(\t\x12\x12\n\nrules_name\x18\x03 \x01(\t\x12\x14\n\x0crules_digest\x18\x04 \x01(\t\x12\'\n\x06stages\x18\x05 \x03(\x0b\x32\x17.negt2i.v1.StageService\x12\'\n\x06limits\x18\x06 \x01(\x0b\x32\x17.negt2i.v1.ServerLimits\x12\x16\n\x0e\x63orpus_prompts\x18\x07 \x01(\x05\x12\x12\n\nrules_json\x18\x08 \x01(\t\x12)\n\nvocabulary\x18\t \x01(\x0b\x32\x15.negt2i.v1.Vocabulary\"\x16\n\x14GetVocabularyRequest\"\xab\x01\n\nVocabulary\x12\x0f\n\x07\x63lasses\x18\x01 \x03(\t\x12\x19\n\x11\x62\x65nchmark_classes\x18\x02 \x03(\t\x12\x19\n\x11over_count_exempt\x18\x03 \x03(\t\x12\x31\n\ncategories\x18\x04 \x03(\x0b\x32\x1d.negt2i.v1.CategoryVocabulary\x12\x10\n\x08settings\x18\x05 \x03(\t\x12\x11\n\tcase_rule\x18\x06 \x01(\t\"\xa9\x01\n\x12\x43\x61tegoryVocabulary\x12%\n\x08\x63\x61tegory\x18\x01 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0estatement_kind\x18\x03 \x01(\t\x12\x0e\n\x06values\x18\x04 \x03(\t\x12\x0f\n\x07\x61nswers\x18\x05 \x03(\t\x12\x12\n\npredicates\x18\x06 \x03(\t\x12\x11\n\tdead_zone\x18\x07 \x01(\x08*\xaf\x01\n\x08\x43\x61tegory\x12\x18\n\x14\x43\x41TEGORY_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x43\x41TEGORY_COLOR\x10\x01\x12\x15\n\x11\x43\x41TEGORY_MATERIAL\x10\x02\x12\x18\n\x14\x43\x41TEGORY_DIRECTIONAL\x10\x03\x12\x16\n\x12\x43\x41TEGORY_PROXIMITY\x10\x04\x12\x18\n\x14\x43\x41TEGORY_COMPARATIVE\x10\x05\x12\x12\n\x0e\x43\x41TEGORY_DEPTH\x10\x06*Q\n\x08Polarity\x12\x18\n\x14POLARITY_UNSPECIFIED\x10\x00\x12\x15\n\x11POLARITY_POSITIVE\x10\x01\x12\x14\n\x10POLARITY_NEGATED\x10\x02*\xd6\x01\n\x0c\x46\x61ilureCause\x12\x1d\n\x19\x46\x41ILURE_CAUSE_UNSPECIFIED\x10\x00\x12#\n\x1f\x46\x41ILURE_CAUSE_UNDETECTED_OBJECT\x10\x01\x12\x1c\n\x18\x46\x41ILURE_CAUSE_OVER_COUNT\x10\x02\x12\x1b\n\x17\x46\x41ILURE_CAUSE_DEAD_ZONE\x10\x03\x12#\n\x1f\x46\x41ILURE_CAUSE_POSITIVE_VIOLATED\x10\x04\x12\"\n\x1e\x46\x41ILURE_CAUSE_NEGATED_VIOLATED\x10\x05*\xce\x01\n\nRowFailure\x12\x1b\n\x17ROW_FAILURE_UNSPECIFIED\x10\x00\x12!\n\x1dROW_FAILURE_UNDETECTED_OBJECT\x10\x01\x12\x1a\n\x16ROW_FAILURE_OVER_COUNT\x10\x02\x12!\n\x1dROW_FAILURE_POSITIVE_VIOLATED\x10\x03\x12 \n\x1cROW_FAILURE_NEGATED_VIOLATED\x10\x04\x12\x1f\n\x1bROW_FAILURE_BOTH_POLARITIES\x10\x05*\xb2\x01\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12!\n\x1d\x46\x41ILURE_KIND_UNREADABLE_IMAGE\x10\x01\x12!\n\x1d\x46\x41ILURE_KIND_MISSING_METADATA\x10\x02\x12!\n\x1d\x46\x41ILURE_KIND_INVALID_METADATA\x10\x03\x12\x1c\n\x18\x46\x41ILURE_KIND_STAGE_ERROR\x10\x04\x32\xba\x02\n\tEvaluator\x12\x43\n\x08\x45valuate\x12\x1a.negt2i.v1.EvaluateRequest\x1a\x1b.negt2i.v1.EvaluateResponse\x12S\n\x0e\x45valuateStream\x12\x1a.negt2i.v1.EvaluateRequest\x1a!.negt2i.v1.EvaluateStreamResponse(\x01\x30\x01\x12J\n\x0eGetServiceInfo\x12 .negt2i.v1.GetServiceInfoRequest\x1a\x16.negt2i.v1.ServiceInfo\x12G\n\rGetVocabulary\x12\x1f.negt2i.v1.GetVocabularyRequest\x1a\x15.negt2i.v1.VocabularyB\x96\x01\n\x19org.negt2ibench.negt2i.v1B\x0e\x45valuatorProtoP\x01Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\xa2\x02\x03NXX\xaa\x02\tNegt2i.V1\xca\x02\tNegt2i\\V1\xea\x02\nNegt2i::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19negt2i/v1/evaluator.proto\x12\tnegt2i.v1\x1a\x17google/rpc/status.proto\x1a\x16negt2i/v1/common.proto\x1a\x16negt2i/v1/stages.proto\"/\n\nObjectSpec\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x05\"3\n\x12\x41ttributeStatement\x12\x0e\n\x06object\x18\x01 \x01(\x05\x12\r\n\x05value\x18\x02 \x01(\t\"G\n\x11RelationStatement\x12\x0f\n\x07subject\x18\x01 \x01(\x05\x12\x0e\n\x06target\x18\x02 \x01(\x05\x12\x11\n\tpredicate\x18\x03 \x01(\t\"\xa0\x01\n\tStatement\x12%\n\x08polarity\x18\x01 \x01(\x0e\x32\x13.negt2i.v1.Polarity\x12\x32\n\tattribute\x18\x02 \x01(\x0b\x32\x1d.negt2i.v1.AttributeStatementH\x00\x12\x30\n\x08relation\x18\x03 \x01(\x0b\x32\x1c.negt2i.v1.RelationStatementH\x00\x42\x06\n\x04kind\"\xd8\x02\n\nPromptSpec\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12%\n\x08\x63\x61tegory\x18\x03 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0b\n\x03tag\x18\x04 \x01(\t\x12&\n\x07objects\x18\x05 \x03(\x0b\x32\x15.negt2i.v1.ObjectSpec\x12(\n\nstatements\x18\x06 \x03(\x0b\x32\x14.negt2i.v1.Statement\x12\x12\n\nextra_json\x18\x07 \x01(\t\x12$\n\x06probes\x18\x08 \x03(\x0b\x32\x14.negt2i.v1.Statement\x12\x11\n\tsource_id\x18\t \x01(\t\x12\x0c\n\x04\x66orm\x18\n \x01(\t\x12\x0f\n\x07setting\x18\x0b \x01(\t\x12&\n\x07\x65xclude\x18\x0c \x03(\x0b\x32\x15.negt2i.v1.ObjectSpec\x12\x14\n\x0csame_text_as\x18\r \x01(\t\"\xb1\x01\n\x0f\x45valuateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\'\n\x06prompt\x18\x02 \x01(\x0b\x32\x15.negt2i.v1.PromptSpecH\x00\x12\x13\n\tprompt_id\x18\x03 \x01(\tH\x00\x12\x1f\n\x05image\x18\x04 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1a\n\x12include_perception\x18\x05 \x01(\x08\x42\x0f\n\rprompt_source\"\x95\x02\n\rObjectVerdict\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x12\n\nclass_name\x18\x02 \x01(\t\x12\x11\n\trequested\x18\x03 \x01(\x05\x12\x0f\n\x07present\x18\x04 \x01(\x08\x12\x0f\n\x07\x63ounted\x18\x05 \x01(\x05\x12\x0c\n\x04kept\x18\x06 \x01(\x05\x12\x10\n\x08\x66\x61llback\x18\x07 \x01(\x08\x12\x16\n\ttop_score\x18\x08 \x01(\x01H\x00\x88\x01\x01\x12\x12\n\nover_count\x18\t \x01(\x08\x12\x13\n\x0bunder_count\x18\n \x01(\x08\x12\x0e\n\x06\x65xempt\x18\x0b \x01(\x08\x12\x12\n\ndetections\x18\x0c \x03(\x05\x12\x19\n\x11measurements_json\x18\r \x01(\tB\x0c\n\n_top_score\"\x1a\n\x08\x46iredSet\x12\x0e\n\x06values\x18\x01 \x03(\t\"\xa5\x02\n\x10StatementVerdict\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12%\n\x08polarity\x18\x03 \x01(\x0e\x32\x13.negt2i.v1.Polarity\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0f\n\x07objects\x18\x05 \x03(\x05\x12\x11\n\trequested\x18\x06 \x01(\t\x12\x11\n\tevaluated\x18\x07 \x01(\x08\x12\"\n\x05\x66ired\x18\x08 \x01(\x0b\x32\x13.negt2i.v1.FiredSet\x12\x0e\n\x06passed\x18\t \x01(\x08\x12&\n\x05\x63\x61use\x18\n \x01(\x0e\x32\x17.negt2i.v1.FailureCause\x12\x11\n\tdead_zone\x18\x0b \x01(\x08\x12\x19\n\x11measurements_json\x18\x0c \x01(\t\"\x9a\x03\n\x07Verdict\x12\x11\n\tprompt_id\x18\x01 \x01(\t\x12\x0b\n\x03tag\x18\x02 \x01(\t\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12%\n\x08\x63\x61tegory\x18\x04 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0f\n\x07setting\x18\x05 \x01(\t\x12\x0f\n\x07\x63orrect\x18\x06 \x01(\x08\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12,\n\rfailure_class\x18\x08 \x01(\x0e\x32\x15.negt2i.v1.RowFailure\x12)\n\x07objects\x18\t \x03(\x0b\x32\x18.negt2i.v1.ObjectVerdict\x12/\n\nstatements\x18\n \x03(\x0b\x32\x1b.negt2i.v1.StatementVerdict\x12\x13\n\x0b\x63onfig_json\x18\x0b \x01(\t\x12\x19\n\x11\x65valuator_version\x18\x0c \x01(\t\x12+\n\x06probes\x18\r \x03(\x0b\x32\x1b.negt2i.v1.StatementVerdict\x12\x11\n\tsource_id\x18\x0e \x01(\t\x12\x0c\n\x04\x66orm\x18\x0f \x01(\t\"\x9f\x01\n\x10\x45valuateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12#\n\x07verdict\x18\x02 \x01(\x0b\x32\x12.negt2i.v1.Verdict\x12\'\n\x06stages\x18\x03 \x03(\x0b\x32\x17.negt2i.v1.StageService\x12)\n\nperception\x18\x04 \x01(\x0b\x32\x15.negt2i.v1.Perception\"?\n\x0bRefinedMask\x12\x11\n\tdetection\x18\x01 \x01(\x05\x12\x1d\n\x04mask\x18\x02 \x01(\x0b\x32\x0f.negt2i.v1.Mask\"H\n\x12InstanceAttributes\x12\x11\n\tdetection\x18\x01 \x01(\x05\x12\x0f\n\x07\x61nswers\x18\x02 \x03(\t\x12\x0e\n\x06scores\x18\x03 \x03(\x02\"\xa9\x01\n\nPerception\x12+\n\ndetections\x18\x01 \x01(\x0b\x32\x17.negt2i.v1.DetectResult\x12\'\n\x07refined\x18\x02 \x03(\x0b\x32\x16.negt2i.v1.RefinedMask\x12\x31\n\nattributes\x18\x03 \x03(\x0b\x32\x1d.negt2i.v1.InstanceAttributes\x12\x12\n\nused_depth\x18\x04 \x01(\x08\"\xa0\x01\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\r\n\x05stage\x18\x04 \x01(\t\x12$\n\x04kind\x18\x05 \x01(\x0e\x32\x16.negt2i.v1.FailureKind\x12\x0c\n\x04rule\x18\x06 \x01(\t\x12\"\n\x06status\x18\x07 \x01(\x0b\x32\x12.google.rpc.Status\"\x8d\x01\n\x16\x45valuateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12-\n\x06result\x18\x02 \x01(\x0b\x32\x1b.negt2i.v1.EvaluateResponseH\x00\x12%\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x14.negt2i.v1.ItemErrorH\x00\x42\t\n\x07outcome\"\x17\n\x15GetServiceInfoRequest\"\xff\x02\n\x0cServerLimits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x17\n\x0fmax_image_bytes\x18\x02 \x01(\x03\x12\x12\n\nmax_pixels\x18\x03 \x01(\x03\x12 \n\x18max_in_flight_per_stream\x18\x04 \x01(\x05\x12\x1a\n\x12max_inflight_bytes\x18\x05 \x01(\x03\x12\x18\n\x10max_active_items\x18\x06 \x01(\x05\x12\x19\n\x11max_waiting_items\x18\x07 \x01(\x05\x12\x16\n\x0emax_statements\x18\x08 \x01(\x05\x12\x13\n\x0bmax_objects\x18\t \x01(\x05\x12\x16\n\x0emax_text_chars\x18\n \x01(\x05\x12\x1c\n\x14max_extra_json_bytes\x18\x0b \x01(\x05\x12\x1c\n\x14max_extra_json_depth\x18\x0c \x01(\x05\x12\x1c\n\x14max_request_id_chars\x18\r \x01(\x05\x12\x15\n\rauth_required\x18\x0e \x01(\x08\"\x93\x02\n\x0bServiceInfo\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x1c\n\x14orchestrator_version\x18\x02 \x01(\t\x12\x12\n\nrules_name\x18\x03 \x01(\t\x12\x14\n\x0crules_digest\x18\x04 \x01(\t\x12\'\n\x06stages\x18\x05 \x03(\x0b\x32\x17.negt2i.v1.StageService\x12\'\n\x06limits\x18\x06 \x01(\x0b\x32\x17.negt2i.v1.ServerLimits\x12\x16\n\x0e\x63orpus_prompts\x18\x07 \x01(\x05\x12\x12\n\nrules_json\x18\x08 \x01(\t\x12)\n\nvocabulary\x18\t \x01(\x0b\x32\x15.negt2i.v1.Vocabulary\"\x16\n\x14GetVocabularyRequest\"\xab\x01\n\nVocabulary\x12\x0f\n\x07\x63lasses\x18\x01 \x03(\t\x12\x19\n\x11\x62\x65nchmark_classes\x18\x02 \x03(\t\x12\x19\n\x11over_count_exempt\x18\x03 \x03(\t\x12\x31\n\ncategories\x18\x04 \x03(\x0b\x32\x1d.negt2i.v1.CategoryVocabulary\x12\x10\n\x08settings\x18\x05 \x03(\t\x12\x11\n\tcase_rule\x18\x06 \x01(\t\"\xa9\x01\n\x12\x43\x61tegoryVocabulary\x12%\n\x08\x63\x61tegory\x18\x01 \x01(\x0e\x32\x13.negt2i.v1.Category\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x16\n\x0estatement_kind\x18\x03 \x01(\t\x12\x0e\n\x06values\x18\x04 \x03(\t\x12\x0f\n\x07\x61nswers\x18\x05 \x03(\t\x12\x12\n\npredicates\x18\x06 \x03(\t\x12\x11\n\tdead_zone\x18\x07 \x01(\x08*\xaf\x01\n\x08\x43\x61tegory\x12\x18\n\x14\x43\x41TEGORY_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x43\x41TEGORY_COLOR\x10\x01\x12\x15\n\x11\x43\x41TEGORY_MATERIAL\x10\x02\x12\x18\n\x14\x43\x41TEGORY_DIRECTIONAL\x10\x03\x12\x16\n\x12\x43\x41TEGORY_PROXIMITY\x10\x04\x12\x18\n\x14\x43\x41TEGORY_COMPARATIVE\x10\x05\x12\x12\n\x0e\x43\x41TEGORY_DEPTH\x10\x06*Q\n\x08Polarity\x12\x18\n\x14POLARITY_UNSPECIFIED\x10\x00\x12\x15\n\x11POLARITY_POSITIVE\x10\x01\x12\x14\n\x10POLARITY_NEGATED\x10\x02*\xd6\x01\n\x0c\x46\x61ilureCause\x12\x1d\n\x19\x46\x41ILURE_CAUSE_UNSPECIFIED\x10\x00\x12#\n\x1f\x46\x41ILURE_CAUSE_UNDETECTED_OBJECT\x10\x01\x12\x1c\n\x18\x46\x41ILURE_CAUSE_OVER_COUNT\x10\x02\x12\x1b\n\x17\x46\x41ILURE_CAUSE_DEAD_ZONE\x10\x03\x12#\n\x1f\x46\x41ILURE_CAUSE_POSITIVE_VIOLATED\x10\x04\x12\"\n\x1e\x46\x41ILURE_CAUSE_NEGATED_VIOLATED\x10\x05*\xce\x01\n\nRowFailure\x12\x1b\n\x17ROW_FAILURE_UNSPECIFIED\x10\x00\x12!\n\x1dROW_FAILURE_UNDETECTED_OBJECT\x10\x01\x12\x1a\n\x16ROW_FAILURE_OVER_COUNT\x10\x02\x12!\n\x1dROW_FAILURE_POSITIVE_VIOLATED\x10\x03\x12 \n\x1cROW_FAILURE_NEGATED_VIOLATED\x10\x04\x12\x1f\n\x1bROW_FAILURE_BOTH_POLARITIES\x10\x05*\xb2\x01\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12!\n\x1d\x46\x41ILURE_KIND_UNREADABLE_IMAGE\x10\x01\x12!\n\x1d\x46\x41ILURE_KIND_MISSING_METADATA\x10\x02\x12!\n\x1d\x46\x41ILURE_KIND_INVALID_METADATA\x10\x03\x12\x1c\n\x18\x46\x41ILURE_KIND_STAGE_ERROR\x10\x04\x32\xba\x02\n\tEvaluator\x12\x43\n\x08\x45valuate\x12\x1a.negt2i.v1.EvaluateRequest\x1a\x1b.negt2i.v1.EvaluateResponse\x12S\n\x0e\x45valuateStream\x12\x1a.negt2i.v1.EvaluateRequest\x1a!.negt2i.v1.EvaluateStreamResponse(\x01\x30\x01\x12J\n\x0eGetServiceInfo\x12 .negt2i.v1.GetServiceInfoRequest\x1a\x16.negt2i.v1.ServiceInfo\x12G\n\rGetVocabulary\x12\x1f.negt2i.v1.GetVocabularyRequest\x1a\x15.negt2i.v1.VocabularyB\x96\x01\n\x19org.negt2ibench.negt2i.v1B\x0e\x45valuatorProtoP\x01Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\xa2\x02\x03NXX\xaa\x02\tNegt2i.V1\xca\x02\tNegt2i\\V1\xea\x02\nNegt2i::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,60 +35,60 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'negt2i.wire.v1.evaluator_pb
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\031org.negt2ibench.negt2i.v1B\016EvaluatorProtoP\001Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\242\002\003NXX\252\002\tNegt2i.V1\312\002\tNegt2i\\V1\352\002\nNegt2i::V1'
-  _globals['_CATEGORY']._serialized_start=3773
-  _globals['_CATEGORY']._serialized_end=3948
-  _globals['_POLARITY']._serialized_start=3950
-  _globals['_POLARITY']._serialized_end=4031
-  _globals['_FAILURECAUSE']._serialized_start=4034
-  _globals['_FAILURECAUSE']._serialized_end=4248
-  _globals['_ROWFAILURE']._serialized_start=4251
-  _globals['_ROWFAILURE']._serialized_end=4457
-  _globals['_FAILUREKIND']._serialized_start=4460
-  _globals['_FAILUREKIND']._serialized_end=4638
-  _globals['_OBJECTSPEC']._serialized_start=88
-  _globals['_OBJECTSPEC']._serialized_end=135
-  _globals['_ATTRIBUTESTATEMENT']._serialized_start=137
-  _globals['_ATTRIBUTESTATEMENT']._serialized_end=188
-  _globals['_RELATIONSTATEMENT']._serialized_start=190
-  _globals['_RELATIONSTATEMENT']._serialized_end=261
-  _globals['_STATEMENT']._serialized_start=264
-  _globals['_STATEMENT']._serialized_end=424
-  _globals['_PROMPTSPEC']._serialized_start=427
-  _globals['_PROMPTSPEC']._serialized_end=771
-  _globals['_EVALUATEREQUEST']._serialized_start=774
-  _globals['_EVALUATEREQUEST']._serialized_end=951
-  _globals['_OBJECTVERDICT']._serialized_start=954
-  _globals['_OBJECTVERDICT']._serialized_end=1231
-  _globals['_FIREDSET']._serialized_start=1233
-  _globals['_FIREDSET']._serialized_end=1259
-  _globals['_STATEMENTVERDICT']._serialized_start=1262
-  _globals['_STATEMENTVERDICT']._serialized_end=1555
-  _globals['_VERDICT']._serialized_start=1558
-  _globals['_VERDICT']._serialized_end=1968
-  _globals['_EVALUATERESPONSE']._serialized_start=1971
-  _globals['_EVALUATERESPONSE']._serialized_end=2130
-  _globals['_REFINEDMASK']._serialized_start=2132
-  _globals['_REFINEDMASK']._serialized_end=2195
-  _globals['_INSTANCEATTRIBUTES']._serialized_start=2197
-  _globals['_INSTANCEATTRIBUTES']._serialized_end=2269
-  _globals['_PERCEPTION']._serialized_start=2272
-  _globals['_PERCEPTION']._serialized_end=2441
-  _globals['_ITEMERROR']._serialized_start=2443
-  _globals['_ITEMERROR']._serialized_end=2567
-  _globals['_EVALUATESTREAMRESPONSE']._serialized_start=2570
-  _globals['_EVALUATESTREAMRESPONSE']._serialized_end=2711
-  _globals['_GETSERVICEINFOREQUEST']._serialized_start=2713
-  _globals['_GETSERVICEINFOREQUEST']._serialized_end=2736
-  _globals['_SERVERLIMITS']._serialized_start=2739
-  _globals['_SERVERLIMITS']._serialized_end=3122
-  _globals['_SERVICEINFO']._serialized_start=3125
-  _globals['_SERVICEINFO']._serialized_end=3400
-  _globals['_GETVOCABULARYREQUEST']._serialized_start=3402
-  _globals['_GETVOCABULARYREQUEST']._serialized_end=3424
-  _globals['_VOCABULARY']._serialized_start=3427
-  _globals['_VOCABULARY']._serialized_end=3598
-  _globals['_CATEGORYVOCABULARY']._serialized_start=3601
-  _globals['_CATEGORYVOCABULARY']._serialized_end=3770
-  _globals['_EVALUATOR']._serialized_start=4641
-  _globals['_EVALUATOR']._serialized_end=4955
+  _globals['_CATEGORY']._serialized_start=3835
+  _globals['_CATEGORY']._serialized_end=4010
+  _globals['_POLARITY']._serialized_start=4012
+  _globals['_POLARITY']._serialized_end=4093
+  _globals['_FAILURECAUSE']._serialized_start=4096
+  _globals['_FAILURECAUSE']._serialized_end=4310
+  _globals['_ROWFAILURE']._serialized_start=4313
+  _globals['_ROWFAILURE']._serialized_end=4519
+  _globals['_FAILUREKIND']._serialized_start=4522
+  _globals['_FAILUREKIND']._serialized_end=4700
+  _globals['_OBJECTSPEC']._serialized_start=113
+  _globals['_OBJECTSPEC']._serialized_end=160
+  _globals['_ATTRIBUTESTATEMENT']._serialized_start=162
+  _globals['_ATTRIBUTESTATEMENT']._serialized_end=213
+  _globals['_RELATIONSTATEMENT']._serialized_start=215
+  _globals['_RELATIONSTATEMENT']._serialized_end=286
+  _globals['_STATEMENT']._serialized_start=289
+  _globals['_STATEMENT']._serialized_end=449
+  _globals['_PROMPTSPEC']._serialized_start=452
+  _globals['_PROMPTSPEC']._serialized_end=796
+  _globals['_EVALUATEREQUEST']._serialized_start=799
+  _globals['_EVALUATEREQUEST']._serialized_end=976
+  _globals['_OBJECTVERDICT']._serialized_start=979
+  _globals['_OBJECTVERDICT']._serialized_end=1256
+  _globals['_FIREDSET']._serialized_start=1258
+  _globals['_FIREDSET']._serialized_end=1284
+  _globals['_STATEMENTVERDICT']._serialized_start=1287
+  _globals['_STATEMENTVERDICT']._serialized_end=1580
+  _globals['_VERDICT']._serialized_start=1583
+  _globals['_VERDICT']._serialized_end=1993
+  _globals['_EVALUATERESPONSE']._serialized_start=1996
+  _globals['_EVALUATERESPONSE']._serialized_end=2155
+  _globals['_REFINEDMASK']._serialized_start=2157
+  _globals['_REFINEDMASK']._serialized_end=2220
+  _globals['_INSTANCEATTRIBUTES']._serialized_start=2222
+  _globals['_INSTANCEATTRIBUTES']._serialized_end=2294
+  _globals['_PERCEPTION']._serialized_start=2297
+  _globals['_PERCEPTION']._serialized_end=2466
+  _globals['_ITEMERROR']._serialized_start=2469
+  _globals['_ITEMERROR']._serialized_end=2629
+  _globals['_EVALUATESTREAMRESPONSE']._serialized_start=2632
+  _globals['_EVALUATESTREAMRESPONSE']._serialized_end=2773
+  _globals['_GETSERVICEINFOREQUEST']._serialized_start=2775
+  _globals['_GETSERVICEINFOREQUEST']._serialized_end=2798
+  _globals['_SERVERLIMITS']._serialized_start=2801
+  _globals['_SERVERLIMITS']._serialized_end=3184
+  _globals['_SERVICEINFO']._serialized_start=3187
+  _globals['_SERVICEINFO']._serialized_end=3462
+  _globals['_GETVOCABULARYREQUEST']._serialized_start=3464
+  _globals['_GETVOCABULARYREQUEST']._serialized_end=3486
+  _globals['_VOCABULARY']._serialized_start=3489
+  _globals['_VOCABULARY']._serialized_end=3660
+  _globals['_CATEGORYVOCABULARY']._serialized_start=3663
+  _globals['_CATEGORYVOCABULARY']._serialized_end=3832
+  _globals['_EVALUATOR']._serialized_start=4703
+  _globals['_EVALUATOR']._serialized_end=5017
 # @@protoc_insertion_point(module_scope)

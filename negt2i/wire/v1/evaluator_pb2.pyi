@@ -17,6 +17,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.rpc import status_pb2 as _status_pb2
 from negt2i.wire.v1 import common_pb2 as _common_pb2
 from negt2i.wire.v1 import stages_pb2 as _stages_pb2
 import builtins as _builtins
@@ -865,6 +866,7 @@ class ItemError(_message.Message):
     STAGE_FIELD_NUMBER: _builtins.int
     KIND_FIELD_NUMBER: _builtins.int
     RULE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
     code: _builtins.int
     """A google.rpc.Code value: 3 INVALID_ARGUMENT, 4 DEADLINE_EXCEEDED,
     5 NOT_FOUND, 8 RESOURCE_EXHAUSTED, 13 INTERNAL, 14 UNAVAILABLE.
@@ -879,6 +881,14 @@ class ItemError(_message.Message):
     """What kind of failure this is (the results file's error_kind)."""
     rule: _builtins.str
     """The stage contract rule a stage answer broke, e.g. "class-vocabulary" (INTERNAL only)."""
+    @_builtins.property
+    def status(self) -> _status_pb2.Status:
+        """The same error in the gRPC rich error model (what a failed unary call carries in its
+        grpc-status-details-bin trailer): code and message as above, details holding a
+        google.rpc.ErrorInfo (domain "negt2i.v1", reason, metadata "stage" and "kind") and, for
+        INVALID_ARGUMENT, a google.rpc.BadRequest naming the field (docs/api.md, "Errors").
+        """
+
     def __init__(
         self,
         *,
@@ -888,10 +898,11 @@ class ItemError(_message.Message):
         stage: _builtins.str = ...,
         kind: Global___FailureKind.ValueType = ...,
         rule: _builtins.str = ...,
+        status: _status_pb2.Status | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "field", b"field", "kind", b"kind", "message", b"message", "rule", b"rule", "stage", b"stage"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "field", b"field", "kind", b"kind", "message", b"message", "rule", b"rule", "stage", b"stage", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
