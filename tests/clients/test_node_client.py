@@ -5,25 +5,30 @@ once, matched by request_id, through the server's flow-control window)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from google.protobuf import json_format
+from google.rpc import error_details_pb2  # noqa: F401 - ErrorInfo / BadRequest for json_format's Any
+from grpc_status import rpc_status
 
 from negt2i.cli import main
-from negt2i.client import EvaluatorClient, make_request
+from negt2i.client import ClientError, EvaluatorClient, make_request
 from negt2i.spec import parse_prompt
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
-from tests.clients.conftest import NODE_CLIENT, STREAM_WINDOW, NodeClient
-from tests.services.live import REPO, Proc
+from tests.clients.conftest import NODE_CLIENT, STAGES, STREAM_WINDOW, NodeClient, _started
+from tests.services.live import REPO, Proc, free_port, start_orchestrator
 
 pytestmark = pytest.mark.xdist_group("clients")
 
@@ -77,6 +82,8 @@ def test_health_and_service_info_match_the_python_client(node_client: NodeClient
     assert info["limits"]["max_in_flight_per_stream"] == STREAM_WINDOW and info["corpus_prompts"] == 12
     rc, [vocabulary] = node_client.run("vocabulary")
     assert rc == 0 and vocabulary == want["vocabulary"] and len(vocabulary["classes"]) == 80
+    for name in [*(f"stage/{s}" for s in STAGES), *(f"category/{c['name']}" for c in vocabulary["categories"])]:
+        assert node_client.run("health", f"negt2i.v1.Evaluator/{name}") == (0, ["SERVING"]), name
 
 
 def test_verdicts_match_negt2i_submit_and_the_python_client(
@@ -148,23 +155,33 @@ def test_errors_reach_node_as_status_and_details(
     python_unicorn.prompt.objects[0].class_name = "unicorn"
     cases = [
         (["evaluate", str(image), "--metadata", str(unicorn)], python_unicorn,
-         "INVALID_ARGUMENT", "prompt.objects[0].class_name"),
+         "INVALID_ARGUMENT", "INVALID_PROMPT", "prompt.objects[0].class_name"),
         (["evaluate", str(not_an_image), "--metadata", str(meta)],
-         make_request(not_an_image.read_bytes(), prompt=prompt, request_id="x"), "INVALID_ARGUMENT", "image.data"),
+         make_request(not_an_image.read_bytes(), prompt=prompt, request_id="x"),
+         "INVALID_ARGUMENT", "UNREADABLE_IMAGE", "image.data"),
         (["evaluate", str(image), "--prompt-id", "no-such-prompt"],
-         make_request(image.read_bytes(), prompt_id="no-such-prompt", request_id="x"), "NOT_FOUND", "prompt_id"),
+         make_request(image.read_bytes(), prompt_id="no-such-prompt", request_id="x"),
+         "NOT_FOUND", "UNKNOWN_PROMPT_ID", "prompt_id"),
     ]  # fmt: skip
     with EvaluatorClient(clients_orchestrator.target) as client:
-        for args, python_request, code, field in cases:
+        for args, python_request, code, reason, field in cases:
             rc, [out] = node_client.run(*args)
             assert rc == 1, out
-            err = out["error"]
-            assert err["code_name"] == code and err["code"] == {"INVALID_ARGUMENT": 3, "NOT_FOUND": 5}[code]
+            err = out["error"]  # google.rpc.Status from the grpc-status-details-bin trailer, decoded in Node
+            assert (err["code_name"], err["reason"], err["field"], err["stage"]) == (code, reason, field, "request")
+            assert err["metadata"]["kind"] in {"invalid_metadata", "unreadable_image", "missing_metadata"}
             assert err["message"].startswith(f"{field}: ")
             assert "object at 0x" not in err["message"] and "String should" not in err["message"]
-            with pytest.raises(grpc.RpcError) as exc:  # the same request from Python: the same status
+            types = [d["@type"].split("/")[-1] for d in err["details"]]
+            assert types == ["google.rpc.ErrorInfo", *(["google.rpc.BadRequest"] if code == "INVALID_ARGUMENT" else [])]
+            with pytest.raises(grpc.RpcError) as exc:  # the same request from Python: the same google.rpc.Status
                 client.stub.Evaluate(python_request, timeout=30)
-            assert (exc.value.code().name, exc.value.details()) == (code, err["message"])
+            status = rpc_status.from_call(exc.value)
+            assert status is not None and exc.value.code().name == code
+            want = json_format.MessageToDict(
+                status, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+            )
+            assert _set({k: err[k] for k in ("code", "message", "details")}) == want
 
     # the same image by prompt id: the corpus's copy of the prompt gives the verdict of the inline one
     rc, [by_id] = node_client.run("evaluate", str(image), "--prompt-id", record["id"])
@@ -195,11 +212,18 @@ def test_stream_items_fail_alone_and_every_item_is_answered_once(
     assert set(answers) == {x["request_id"] for x in [*lines, *bad]}
     assert summary["verdicts"] == 13 and summary["errors"] == 3
     errors = {rid: answers[rid]["error"] for rid in ("bad-image", "bad-class", "bad-id")}
-    assert {rid: (e["code_name"], e["field"], e["kind"]) for rid, e in errors.items()} == {
-        "bad-image": ("INVALID_ARGUMENT", "image.data", "FAILURE_KIND_UNREADABLE_IMAGE"),
-        "bad-class": ("INVALID_ARGUMENT", "prompt.objects[0].class_name", "FAILURE_KIND_INVALID_METADATA"),
-        "bad-id": ("NOT_FOUND", "prompt_id", "FAILURE_KIND_MISSING_METADATA"),
-    }
+    assert {rid: (e["code_name"], e["reason"], e["field"], e["kind"]) for rid, e in errors.items()} == {
+        "bad-image": ("INVALID_ARGUMENT", "UNREADABLE_IMAGE", "image.data", "FAILURE_KIND_UNREADABLE_IMAGE"),
+        "bad-class": ("INVALID_ARGUMENT", "INVALID_PROMPT", "prompt.objects[0].class_name",
+                      "FAILURE_KIND_INVALID_METADATA"),
+        "bad-id": ("NOT_FOUND", "UNKNOWN_PROMPT_ID", "prompt_id", "FAILURE_KIND_MISSING_METADATA"),
+    }  # fmt: skip
+    for e in errors.values():  # ItemError.status: the google.rpc.Status a unary call carries in its trailer
+        assert (e["status"]["code"], e["status"]["message"]) == (e["code"], e["message"])
+        bad_request = [d for d in e["status"]["details"] if d["@type"].endswith("/google.rpc.BadRequest")]
+        assert [v["field"] for d in bad_request for v in d["field_violations"]] == (
+            [e["field"]] if e["code_name"] == "INVALID_ARGUMENT" else []
+        )
     assert "unknown class 'unicorn'" in errors["bad-class"]["message"]
     assert answers["by-id"]["verdict"]["correct"] == answers[name]["verdict"]["correct"]
 
@@ -233,7 +257,9 @@ def test_the_quickstart_example_runs(node_bin: str, clients_orchestrator: Proc, 
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("negt2i.v1: orchestrator ")
     assert lines[1] == f"one: correct={str(first.correct).lower()} reason={json.dumps(first.reason)}"
-    assert "bad: INVALID_ARGUMENT: image.data: not a PNG, JPEG or WebP image" in lines
+    assert [line for line in lines if line.startswith("bad: ")] == [
+        "bad: INVALID_ARGUMENT (UNREADABLE_IMAGE) at image.data: image.data: not a PNG, JPEG or WebP image"
+    ]
     assert f"window: {STREAM_WINDOW}" in lines
     assert lines[-1] == f"stream: {sum(v.correct for v in verdicts.values())}/48 correct"
 
@@ -298,3 +324,76 @@ def test_the_node_example_of_the_guide_runs(node_bin: str, clients_orchestrator:
     statement = verdict.statements[0]
     want = f"{str(verdict.correct).lower()} {str(statement.passed).lower()} {statement.measurements['rule']}"
     assert proc.stdout.strip() == want
+
+
+def test_request_ids_are_checked_on_the_stream(node_client: NodeClient, demo_folder: Path, tmp_path: Path):
+    """docs/api.md's request_id rules, seen from Node: an empty or over-long id is refused, a second send of an
+    id still in flight is refused while the first is judged, every refusal names its reason."""
+    _, image, record = next(j for j in _jobs(demo_folder) if j[2]["category"] == "depth")  # the slowest kind
+    sends = [("same", record), ("same", record), ("", record), ("x" * 300, record), ("after", record)]
+    manifest = tmp_path / "ids.jsonl"
+    manifest.write_text("".join(json.dumps({"request_id": rid, "image": str(image), "metadata": r}) + "\n"
+                                for rid, r in sends))  # fmt: skip
+    rc, lines = node_client.run("stream", str(manifest))
+    assert rc == 0 and lines[-1]["summary"]["sent"] == 5
+    answers: dict[str, list[dict[str, Any]]] = {}
+    for line in lines[1:-1]:
+        answers.setdefault(line["request_id"], []).append(line)
+    assert sorted(answers) == ["", "after", "same", "x" * 256]
+    same = sorted(answers["same"], key=lambda a: "error" in a)
+    assert "verdict" in same[0] and same[1]["error"]["reason"] == "DUPLICATE_REQUEST_ID"
+    assert same[1]["error"]["code_name"] == "INVALID_ARGUMENT" and same[1]["error"]["field"] == "request_id"
+    for rid in ("", "x" * 256):
+        [answer] = answers[rid]
+        assert (answer["error"]["code_name"], answer["error"]["reason"]) == ("INVALID_ARGUMENT", "INVALID_REQUEST_ID")
+    assert answers["after"][0]["verdict"] == same[0]["verdict"]
+
+
+def test_health_per_category_with_a_stage_down(
+    node_bin: str, clients_stages: dict[str, Proc], clients_tmp: Path, demo_folder: Path
+):
+    """An orchestrator whose depth stage is unreachable: from Node, the overall status and category/depth are
+    NOT_SERVING, the other categories SERVING and judged; a depth prompt is UNAVAILABLE naming the stage."""
+    urls = {stage: proc.url for stage, proc in clients_stages.items()}
+    urls["depth"] = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    env = {"NEGT2I_RETRIES": "0"}
+
+    def color_serving(proc: Proc) -> None:
+        end = time.monotonic() + 60
+        with EvaluatorClient(proc.target) as client:
+            while time.monotonic() < end:
+                assert proc.alive(), proc.tail()
+                with contextlib.suppress(ClientError, grpc.RpcError):
+                    if client.health("negt2i.v1.Evaluator/category/color", timeout=2.0) == "SERVING":
+                        return
+                time.sleep(0.1)
+        raise AssertionError(f"category/color never SERVING:\n{proc.tail()}")
+
+    orch = _started(functools.partial(start_orchestrator, urls, clients_tmp, env=env), color_serving)
+    try:
+        node = NodeClient(node_bin, orch.target)
+        health = {name: node.run("health", f"negt2i.v1.Evaluator{name}")[1][0]
+                  for name in ("", "/stage/depth", "/stage/detector", "/category/depth", "/category/color",
+                               "/category/proximity")}  # fmt: skip
+        assert health == {"": "NOT_SERVING", "/stage/depth": "NOT_SERVING", "/stage/detector": "SERVING",
+                          "/category/depth": "NOT_SERVING", "/category/color": "SERVING",
+                          "/category/proximity": "SERVING"}  # fmt: skip
+        images = {r["category"]: p for _, p, r in _jobs(demo_folder)}
+        for category in ("color", "proximity"):
+            image = images[category]
+            rc, [out] = node.run("evaluate", str(image), "--metadata", str(image.parents[1] / "metadata.jsonl"))
+            assert rc == 0 and out["verdict"]["category"] == f"CATEGORY_{category.upper()}"
+        # depth prompts: those whose objects are all there need the depth map and are UNAVAILABLE (naming the
+        # stage); one with an object missing is judged without it
+        outcomes = []
+        for _, image, record in _jobs(demo_folder):
+            if record["category"] == "depth":
+                rc, [out] = node.run("evaluate", str(image), "--metadata", str(image.parents[1] / "metadata.jsonl"))
+                if rc == 0:
+                    assert not out["verdict"]["statements"][0]["evaluated"]
+                outcomes.append("ok" if rc == 0 else (out["error"]["code_name"], out["error"]["reason"],
+                                                      out["error"]["stage"]))  # fmt: skip
+        assert ("UNAVAILABLE", "STAGE_UNAVAILABLE", "depth") in outcomes
+        assert set(outcomes) <= {"ok", ("UNAVAILABLE", "STAGE_UNAVAILABLE", "depth")}
+    finally:
+        orch.kill()

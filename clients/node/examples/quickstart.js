@@ -4,7 +4,7 @@
 // (/tmp/demo: `.venv/bin/python -m negt2i.stages.demo_data /tmp/demo`, a GenEval-layout folder.)
 const fs = require('node:fs');
 const path = require('node:path');
-const { EvaluatorClient, errorDetails, promptSpec, readVerdict } = require('../lib/negt2i');
+const { EvaluatorClient, errorDetails, itemError, promptSpec, readVerdict } = require('../lib/negt2i');
 
 async function main(target, folder) {
   const client = new EvaluatorClient(target);
@@ -20,12 +20,12 @@ async function main(target, folder) {
   console.log(`one: correct=${verdict.correct} reason=${JSON.stringify(verdict.reason)}`);
   for (const s of verdict.statements) console.log(`  ${s.text}: passed=${s.passed} measured=${JSON.stringify(s.measurements)}`);
 
-  // A bad request: INVALID_ARGUMENT, with the offending field.
+  // A bad request: INVALID_ARGUMENT; the google.rpc.Status in the trailer names the reason and the field.
   try {
     await client.evaluate({ request_id: 'bad', prompt: promptSpec(record), image: { data: Buffer.from('not an image') } });
   } catch (err) {
     const e = errorDetails(err);
-    console.log(`bad: ${e.code_name}: ${e.message}`);
+    console.log(`bad: ${e.code_name} (${e.reason}) at ${e.field}: ${e.message}`);
   }
 
   // A folder: a generator of requests; the client keeps at most the server's window in flight
@@ -46,7 +46,7 @@ async function main(target, folder) {
   for await (const answer of client.stream(requests(), { onWindow: (n) => console.log(`window: ${n}`) })) {
     total += 1;
     if (answer.outcome === 'result') correct += answer.result.verdict.correct ? 1 : 0;
-    else console.log(`${answer.request_id}: ${answer.error.code} ${answer.error.field}: ${answer.error.message}`);
+    else console.log(`${answer.request_id}: ${itemError(answer.error).reason}: ${answer.error.message}`);
   }
   console.log(`stream: ${correct}/${total} correct`);
   client.close();

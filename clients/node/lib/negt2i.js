@@ -13,10 +13,10 @@
  * ("CATEGORY_COLOR"), 64-bit integers as strings, unset scalars as their defaults, an unset message as
  * null, and for every `oneof` a property naming the member that is set (`statement.kind === 'relation'`).
  *
- * Protos: `negt2i/v1/*.proto` from the include root `protos/` of the repository (or of the protos
- * artefact; option `protoRoot` or NEGT2I_PROTOS), plus the standard gRPC health and google.rpc protos
- * (`grpc/health/v1/health.proto`, `google/rpc/status.proto`, `google/rpc/error_details.proto`): a copy
- * under the include root is used when there is one, else the copy under clients/node/protos/.
+ * Protos: from the include root `protos/` of the repository (or of the protos artefact `make
+ * protos-dist` builds; option `protoRoot` or NEGT2I_PROTOS): `negt2i/v1/evaluator.proto` and the
+ * standard protos shipped beside it, `grpc/health/v1/health.proto`, `google/rpc/status.proto` and
+ * `google/rpc/error_details.proto` (docs/api.md, "Getting the protos").
  */
 
 const fs = require('node:fs');
@@ -27,8 +27,6 @@ const protobuf = require('protobufjs');
 
 /** The repository's include root (the directory holding `negt2i/v1/`). */
 const REPO_PROTOS = path.resolve(__dirname, '..', '..', '..', 'protos');
-/** Standard protos (gRPC health, google.rpc) used when the include root has none. */
-const STANDARD_PROTOS = path.resolve(__dirname, '..', 'protos');
 
 const FILES = [
   'negt2i/v1/evaluator.proto',
@@ -64,19 +62,17 @@ const _apis = new Map();
 function loadApi(protoRoot = process.env.NEGT2I_PROTOS || REPO_PROTOS) {
   const key = path.resolve(protoRoot);
   if (_apis.has(key)) return _apis.get(key);
-  if (!fs.existsSync(path.join(key, 'negt2i', 'v1', 'evaluator.proto'))) {
-    throw new Error(`${key}: no negt2i/v1/evaluator.proto; point protoRoot (or NEGT2I_PROTOS) at the protos' include root`);
+  const missing = FILES.filter((f) => !fs.existsSync(path.join(key, f)));
+  if (missing.length) {
+    throw new Error(`${key}: no ${missing.join(', ')}; point protoRoot (or NEGT2I_PROTOS) at the protos' include root`);
   }
-  const includeDirs = [key, STANDARD_PROTOS];
+  const includeDirs = [key];
   const definition = protoLoader.loadSync(FILES, { ...OBJECT_OPTIONS, includeDirs });
   const loaded = grpc.loadPackageDefinition(definition);
   const root = new protobuf.Root();
   root.resolvePath = (origin, target) => {
-    for (const dir of includeDirs) {
-      const candidate = path.join(dir, target);
-      if (fs.existsSync(candidate)) return candidate;
-    }
-    return protobuf.util.path.resolve(origin, target);
+    const candidate = path.join(key, target);
+    return fs.existsSync(candidate) ? candidate : protobuf.util.path.resolve(origin, target);
   };
   root.loadSync(FILES, { keepCase: true });
   root.resolveAll();
@@ -91,48 +87,61 @@ function decodeMessage(root, name, bytes) {
   return type.toObject(type.decode(bytes), OBJECT_OPTIONS);
 }
 
-/** A google.protobuf.Any (`{type_url, value}`) unpacked: `{'@type': name, ...fields}`, or left as is
- * when its type is not in the loaded protos. */
+/** A google.protobuf.Any (`{type_url, value}`) unpacked as the proto3 JSON mapping does:
+ * `{'@type': type_url, ...fields}` (`value` in base64 when its type is not in the loaded protos). */
 function unpackAny(root, any) {
-  const name = String(any.type_url || '').split('/').pop();
+  const typeUrl = String(any.type_url || '');
   try {
-    return { '@type': name, ...decodeMessage(root, name, any.value) };
+    return { '@type': typeUrl, ...decodeMessage(root, typeUrl.split('/').pop(), any.value) };
   } catch {
-    return { '@type': name, value: Buffer.from(any.value || []).toString('base64') };
+    return { '@type': typeUrl, value: Buffer.from(any.value || []).toString('base64') };
   }
+}
+
+/** The error's google.rpc.ErrorInfo and google.rpc.BadRequest, flattened: `reason`, `stage`,
+ * `field` (the BadRequest's field path, else ErrorInfo's metadata) and `metadata`. */
+function summarize(details) {
+  const info = details.find((d) => d['@type'].endsWith('/google.rpc.ErrorInfo')) || { metadata: {} };
+  const bad = details.find((d) => d['@type'].endsWith('/google.rpc.BadRequest'));
+  const violation = bad && bad.field_violations.length ? bad.field_violations[0] : null;
+  return {
+    reason: info.reason || '',
+    stage: info.metadata.stage || '',
+    field: violation ? violation.field : info.metadata.field || '',
+    metadata: info.metadata,
+  };
 }
 
 /**
- * The rich error of a failed call, read from the `grpc-status-details-bin` trailer:
- * `{ code, code_name, message, details: [{ '@type': 'google.rpc.BadRequest', field_violations: [...] }, ...] }`;
- * without that trailer, `details` is empty and `code` / `message` are the call's status and details text.
+ * The rich error of a failed call (docs/api.md, "Errors and status codes"), from the google.rpc.Status
+ * in its `grpc-status-details-bin` trailer: `{ code, code_name, message, details, reason, stage, field,
+ * metadata }`, `details` the Status's details unpacked (`[{ '@type': 'type.googleapis.com/google.rpc.
+ * ErrorInfo', reason, domain, metadata }, { '@type': '...google.rpc.BadRequest', field_violations }]`)
+ * and the last four read from them. Without the trailer (an error gRPC itself produced) `details` is
+ * empty and `code` / `message` are the call's status and details text.
  */
 function errorDetails(err, root = loadApi().root) {
-  const out = { code: err.code, code_name: CODE_NAMES[err.code] || String(err.code), message: err.details || '', details: [] };
+  let status = { code: err.code, message: err.details || '', details: [] };
   const raw = err.metadata && err.metadata.get(STATUS_DETAILS_KEY);
   if (raw && raw.length) {
-    const status = decodeMessage(root, 'google.rpc.Status', raw[0]);
-    out.code = status.code;
-    out.code_name = CODE_NAMES[status.code] || String(status.code);
-    out.message = status.message;
-    out.details = (status.details || []).map((any) => unpackAny(root, any));
+    const decoded = decodeMessage(root, 'google.rpc.Status', raw[0]);
+    status = { code: decoded.code, message: decoded.message, details: decoded.details.map((any) => unpackAny(root, any)) };
   }
-  return out;
+  return { ...status, code_name: CODE_NAMES[status.code] || String(status.code), ...summarize(status.details) };
 }
 
-/** An ItemError of the stream with its name for `code` and any packed details unpacked. */
+/** An ItemError of the stream: its fields, `code_name`, its `status` (google.rpc.Status) with the
+ * details unpacked, and `reason` / `metadata` read from the status's ErrorInfo. */
 function itemError(error, root = loadApi().root) {
-  const out = { ...error, code_name: CODE_NAMES[error.code] || String(error.code) };
-  for (const [key, value] of Object.entries(error)) {
-    if (Array.isArray(value) && value.length && value[0] && value[0].type_url !== undefined) {
-      out[key] = value.map((any) => unpackAny(root, any));
-    } else if (value && value.type_url !== undefined) {
-      out[key] = unpackAny(root, value);
-    } else if (value && Array.isArray(value.details)) {
-      out[key] = { ...value, details: value.details.map((any) => unpackAny(root, any)) };
-    }
-  }
-  return out;
+  const details = error.status ? error.status.details.map((any) => unpackAny(root, any)) : [];
+  const { reason, metadata } = summarize(details);
+  return {
+    ...error,
+    code_name: CODE_NAMES[error.code] || String(error.code),
+    status: error.status ? { ...error.status, details } : null,
+    reason,
+    metadata,
+  };
 }
 
 // --------------------------------------------------------------------------- prompt records
