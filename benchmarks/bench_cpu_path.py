@@ -7,7 +7,10 @@ only the model forward passes are stubs that return precomputed outputs:
 
 - the detector returns K raw detections with full-size masks (an ellipse in a random box), scores uniform
   in [0.005, 1]; their classes are random COCO classes, except that each of the prompt's classes is given
-  to two of them (so that every prompt has instances to refine and score, as a real image would);
+  to two of them (so that every prompt has instances to refine and score, as a real image would). It
+  honours the class filter the pipeline passes (``docs/stage-contract.md``), as RF-DETR's filtering
+  post-processing does: only the kept rows (the prompt's classes, at most 16 per class) and their masks
+  come back (``--no-filter``: every row, the path before the filter);
 - SAM returns three candidate masks per box (the box's ellipse, the box, the ellipse shrunk);
 - SigLIP returns fixed unit embeddings; Depth-Anything a fixed 518 x 518 map.
 
@@ -20,7 +23,7 @@ Prints, per K, exactly one line::
 Usage::
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_cpu_path.py [--images 12] [--repeats 3] [--k 20,300]
-        [--clock wall|cpu]
+        [--clock wall|cpu] [--no-filter]
 
 At K=300 the stub outputs alone hold K full-size masks per image (300 MB at 1024 px): mind the memory
 with many ``--images``.
@@ -64,18 +67,34 @@ class StubPrediction:
 
 
 class StubRFDETR:
-    """``rfdetr.RFDETR.predict`` stand-in: precomputed raw outputs per image (looked up by identity)."""
+    """``rfdetr.RFDETR.predict`` stand-in: precomputed raw outputs per image (looked up by identity); with a
+    class filter requested (``RFDETRDetector`` sets it on its post-processing hook), only the rows RF-DETR's
+    filtering post-processing keeps, with their masks."""
 
-    def __init__(self) -> None:
+    def __init__(self, honour_filter: bool = True) -> None:
         from types import SimpleNamespace
 
         import torch
 
-        self.model = SimpleNamespace(device=torch.device("cpu"))
+        self.model = SimpleNamespace(device=torch.device("cpu"), postprocess=None)
         self.outputs: dict[int, StubPrediction] = {}
+        self.honour_filter = honour_filter
 
     def predict(self, images: list[np.ndarray], **_: Any) -> list[StubPrediction]:
-        return [self.outputs[id(im)] for im in images]
+        from negt2i.stages.common import select_requested
+
+        raw = [self.outputs[id(im)] for im in images]
+        post = self.model.postprocess  # the detector's _FilteredPostProcess
+        request = getattr(post, "request", None)
+        if request is None or not self.honour_filter:
+            return raw
+        out, post.counts = [], []
+        for p, (classes, cap) in zip(raw, request, strict=True):
+            names = [post.names.get(int(c)) for c in p.class_id]
+            keep, counts = select_requested(names, p.confidence, classes, cap)
+            post.counts.append(counts)
+            out.append(StubPrediction(p.class_id[keep], p.confidence[keep], p.xyxy[keep], p.mask[keep]))
+        return out
 
 
 def raw_detections(rng: np.random.Generator, k: int, classes: Sequence[str]) -> StubPrediction:
@@ -177,7 +196,7 @@ class StubDepth:
         return Out()
 
 
-def build_stages() -> tuple[Any, StubRFDETR]:
+def build_stages(honour_filter: bool = True) -> tuple[Any, StubRFDETR]:
     import open_clip
     import torch
     from transformers import DPTImageProcessor
@@ -192,7 +211,7 @@ def build_stages() -> tuple[Any, StubRFDETR]:
     def info(stage: str) -> ModelInfo:
         return ModelInfo(stage=stage, backend="stub", model="stub")
 
-    rf = StubRFDETR()
+    rf = StubRFDETR(honour_filter)
     detector = RFDETRDetector(rf, info("detector"), optimize=False)
     segmenter = SAM2Segmenter(StubSAMPredictor(), info("segmenter"))
     preprocess = open_clip.image_transform(
@@ -211,7 +230,9 @@ def build_stages() -> tuple[Any, StubRFDETR]:
     return Stages(detector, segmenter, scorer, depth), rf
 
 
-def measure(k: int, n_images: int, repeats: int, seed: int = 0, clock: str = "wall") -> float:
+def measure(
+    k: int, n_images: int, repeats: int, seed: int = 0, clock: str = "wall", honour_filter: bool = True
+) -> float:
     """Median milliseconds per image over ``repeats`` timed passes of ``n_images`` images (``clock``:
     ``wall`` = ``time.perf_counter``, ``cpu`` = the process's CPU time, robust on a shared machine)."""
     from negt2i.pipeline import Pipeline
@@ -221,7 +242,7 @@ def measure(k: int, n_images: int, repeats: int, seed: int = 0, clock: str = "wa
     corpus = read_prompts(REPO / "data" / "negt2ibench.jsonl")
     picks = rng.choice(len(corpus), size=n_images, replace=False)
     prompts = [corpus[int(i)] for i in picks]
-    stages, rf = build_stages()
+    stages, rf = build_stages(honour_filter)
     images = [rng.integers(0, 255, (SIZE, SIZE, 3), dtype=np.uint8) for _ in prompts]
     for image, prompt in zip(images, prompts, strict=True):
         rf.outputs[id(image)] = raw_detections(rng, k, [o.class_name for o in prompt.objects])
@@ -246,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--k", default="20,300", help="raw detections per image, comma-separated (default 20,300)")
     parser.add_argument("--threads", type=int, default=1, help="torch and OpenCV threads (default 1)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall (default) or process CPU time")
+    parser.add_argument(
+        "--no-filter",
+        action="store_true",
+        help="the stub detector ignores the class filter (every raw row comes back: the path before it)",
+    )
     args = parser.parse_args(argv)
     import cv2
     import torch
@@ -253,8 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     cv2.setNumThreads(args.threads)
     for k in (int(v) for v in args.k.split(",")):
-        ms = measure(k, args.images, args.repeats, clock=args.clock)
-        print(f"cpu path per image ({SIZE} px, K={k}): median {ms:.0f} ms", flush=True)
+        ms = measure(k, args.images, args.repeats, clock=args.clock, honour_filter=not args.no_filter)
+        note = " (no class filter)" if args.no_filter else ""
+        print(f"cpu path per image ({SIZE} px, K={k}): median {ms:.0f} ms{note}", flush=True)
     return 0
 
 

@@ -9,7 +9,9 @@ determinism (the same item twice gives the same result) and ``GET /metrics``;
 probes of the HTTP rules: a body without ``Content-Length`` (HTTP 411), an item
 with an unknown field (that item fails with 400), readiness (``/readyz`` 200 means
 ``/info`` says ``ready`` and items are answered), and the ``/info`` schema (no
-unknown fields, the stage's rule constants, a detector's operating point).
+unknown fields, the stage's rule constants, a detector's operating point); for a detector whose
+``/info`` lists the ``detect.classes`` feature, that ``classes`` / ``max_per_class`` give exactly the
+unfiltered answer reduced by the class filter (``negt2i.stages.common.filter_detections``).
 
 Every returned answer is checked against the contract rules of ``negt2i.flow``
 (class names in the benchmark vocabulary, scores in [floor, 1], finite boxes
@@ -227,6 +229,7 @@ def run_checks(
                 )
             limits["digest"] = adapter.model_info_from_proto(msg.model).digest()
             limits["ready"] = bool(msg.ready)
+            limits["features"] = list(msg.features)
             return f"{msg.model.backend} / {msg.model.model} on {msg.model.device or '?'}{point}"
 
         def check(result: Any, shape: tuple[int, int], **kw: Any) -> str:
@@ -358,6 +361,32 @@ def run_checks(
                 return check(got, hw, encoding=common_pb2.DEPTH_ENCODING_FLOAT32)
 
             run("POST /depth: float32 on request", float32)
+        if stage == "detector" and adapter.FEATURE_DETECT_CLASSES in limits.get("features", ()):
+
+            def class_filter() -> str:
+                from negt2i.stages.common import filter_detections
+
+                seen = []
+                for data in [png, *(Path(p).read_bytes() for p in images)]:
+                    item = {"image": adapter.to_json(adapter.image_to_proto(data))}
+                    full = adapter.detections_from_proto(adapter.from_json(results_of(post({"items": [item]}), 1)[0],
+                                                                           stages_pb2.DetectResult))  # fmt: skip
+                    classes = list(dict.fromkeys(full.class_names))[:1] or ["cup"]
+                    asked = {**item, "classes": classes, "max_per_class": 1}
+                    got = adapter.detections_from_proto(adapter.from_json(results_of(post({"items": [asked]}), 1)[0],
+                                                                          stages_pb2.DetectResult))  # fmt: skip
+                    want, _ = filter_detections(full, classes, 1)
+                    same = got.class_names == want.class_names and np.array_equal(got.scores, want.scores)
+                    _expect(same and np.array_equal(got.masks, want.masks),
+                            f"classes={classes}, max_per_class=1 gave {list(got.class_names)}, expected "
+                            f"{list(want.class_names)} (the unfiltered top detection)")  # fmt: skip
+                    counts = dict(got.class_counts or {})
+                    _expect(counts == dict(want.class_counts or {}),
+                            f"class_counts {counts}, expected {dict(want.class_counts or {})}")  # fmt: skip
+                    seen.append(f"{classes[0]}: {len(full.indices_of(classes[0]))} -> {len(got)}")
+                return "; ".join(seen)
+
+            run("POST /detect: the class filter (features lists detect.classes)", class_filter)
         run("GET /metrics", metrics)
     return checks
 

@@ -2,8 +2,12 @@
 
 For one (prompt, image) pair (``docs/architecture.md``):
 
-1. the detector is asked for the prompt's classes (``detector_request``; today every
-   detector returns every class, the classes are passed so a stage may filter);
+1. the detector is asked for the prompt's classes, at most what the rules can use per class
+   (``detector_request``: the per-class cap, ``detection.per_class_cap`` = 16, unless overlap
+   suppression is on); a detector that honours the request returns, and builds masks for, only
+   those, and the callers apply the same filter to whatever comes back
+   (``negt2i.stages.common.filter_detections``), so every detector gives ``begin`` the same
+   detections;
 2. ``begin(prompt, detections, shape_hw, config)`` validates the detector's answer
    against the contract and plans what else the prompt needs (``StageRequests``:
    the box prompts for the segmenter, the masks / class names / answers for the
@@ -63,9 +67,12 @@ _VOCAB: Final = frozenset(COCO_CLASSES)
 
 @dataclass(frozen=True)
 class DetectRequest:
-    """What the detector is asked for one image: the classes the prompt names (for a stage that filters)."""
+    """What the detector is asked for one image (``DetectItem.classes`` / ``max_per_class``)."""
 
     classes: tuple[str, ...]
+    """The classes the prompt names; the rules read no other class's detections."""
+    max_per_class: int = 0
+    """At most this many detections per class (highest scores first); 0: no cap."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,9 +115,19 @@ class StageRequests:
         return tuple(name for name, wanted in need if wanted)
 
 
-def detector_request(prompt: Prompt) -> DetectRequest:
-    """The detector request of a prompt: its classes, in prompt order, without repeats."""
-    return DetectRequest(tuple(dict.fromkeys(o.class_name for o in prompt.objects)))
+def detector_request(prompt: Prompt, config: RuleConfig = CURRENT) -> DetectRequest:
+    """The detector request of a prompt: its classes, in prompt order, without repeats, and the cap.
+
+    What the rules read (``negt2i.rules.select_instances``, ``negt2i.verdict.judge``): per object of
+    the prompt, the detections of its own class only (presence, counting, the fallback to the top
+    detection, over- and under-count, then the statements and probes on the counted instances), the
+    top ``per_class_cap`` by score, ties to the earlier detection. So a detector may drop every other
+    class and all but the top ``per_class_cap`` of each class without changing a verdict. With overlap
+    suppression on (``overlap_iou`` < 1) the cap is taken after suppression, so the request has none.
+    """
+    cfg = config.detection
+    cap = cfg.per_class_cap if cfg.overlap_iou >= 1.0 else 0
+    return DetectRequest(tuple(dict.fromkeys(o.class_name for o in prompt.objects)), cap)
 
 
 def check_detections(detections: Any, shape_hw: tuple[int, int], config: RuleConfig = CURRENT) -> Detections:

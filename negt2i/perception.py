@@ -53,6 +53,10 @@ class Detections:
     ``class_names[i]`` (benchmark spelling), ``scores[i]`` in [0, 1],
     ``xyxy[i]`` = (x0, y0, x1, y1) with x0 <= x1, y0 <= y1, and ``masks[i]`` the
     detector's instance mask (H, W).
+
+    ``class_counts``: for each class a class-filtered detector capped (``DetectItem.max_per_class``),
+    how many detections of it the detector had at or above its floor before the cap; ``None`` or a
+    class not in it: every detection of the class is here (``candidates``).
     """
 
     class_names: tuple[str, ...]
@@ -60,6 +64,7 @@ class Detections:
     xyxy: FloatArray
     masks: BoolMask
     shape_hw: tuple[int, int]
+    class_counts: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
         hw = _check_hw(self.shape_hw)
@@ -90,6 +95,13 @@ class Detections:
         object.__setattr__(self, "scores", _frozen(scores))
         object.__setattr__(self, "xyxy", _frozen(xyxy))
         object.__setattr__(self, "masks", _frozen(masks))
+        if self.class_counts is not None:
+            counts = {str(c): int(k) for c, k in self.class_counts.items()}
+            for c, k in counts.items():
+                have = self.class_names.count(c)
+                if k < have:
+                    raise ValueError(f"class_counts says {k} detections of {c!r} before the cap, {have} are here")
+            object.__setattr__(self, "class_counts", MappingProxyType(dict(sorted(counts.items()))) if counts else None)
 
     def __len__(self) -> int:
         return len(self.class_names)
@@ -116,6 +128,11 @@ class Detections:
         """Indices of this class's detections, highest score first (stable on ties)."""
         idx = np.flatnonzero(np.array([c == class_name for c in self.class_names], dtype=bool))
         return idx[np.argsort(-self.scores[idx], kind="stable")]
+
+    def candidates(self, class_name: str) -> int:
+        """Detections of ``class_name`` the detector had at or above its floor (before a cap it applied)."""
+        counts = self.class_counts or {}
+        return counts.get(class_name, self.class_names.count(class_name))
 
     def select(self, indices: Iterable[int]) -> Detections:
         """A new record with only ``indices`` (in that order)."""

@@ -2,7 +2,9 @@
 
 For a batch of (prompt, image) pairs:
 
-1. ``detections = detector.detect(images)`` (batched over images);
+1. ``detections = detector.detect(images, classes=, max_per_class=)`` (batched over images; each
+   image's prompt classes and the per-class cap, ``flow.detector_request``; a detector without
+   the keywords is called with the images alone and filtered after, ``detect_requested``);
 2. ``flow.begin`` per image validates them and plans the other stages' requests;
 3. refined masks (segmenter), attribute scores and disparity, each stage called
    once for the images of the batch that need it (``refine_batch`` /
@@ -36,7 +38,7 @@ from numpy.typing import NDArray
 from negt2i import flow
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.failures import Failure, StageError
-from negt2i.perception import ImagePerception
+from negt2i.perception import Detections, ImagePerception
 from negt2i.spec import Prompt
 from negt2i.stages.base import (
     AttributeScorer,
@@ -51,6 +53,7 @@ from negt2i.stages.base import (
     refine_batch,
     score_batch,
 )
+from negt2i.stages.common import detect_requested
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
 from negt2i.verdict import Verdict
 
@@ -212,7 +215,8 @@ class Pipeline:
         return perceived
 
     def detect(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> Perceived:
-        """The detector over the batch (one call; a failing call is retried image by image)."""
+        """The detector over the batch, each image asked for its prompt's classes (one call; a failing call is
+        retried image by image)."""
         if len(prompts) != len(images):
             raise ValueError(f"got {len(prompts)} prompts for {len(images)} images")
         batch = list(images)
@@ -220,9 +224,15 @@ class Pipeline:
         out = Perceived(list(prompts), batch, [None] * n, [None] * n, [{} for _ in batch], [None] * n)
         if not batch:
             return out
-        detected = _batched("detector", self.stages.detector.detect, batch)
+        asked = [(image, flow.detector_request(p, self.config)) for image, p in zip(batch, out.prompts, strict=True)]
+        detected = _batched("detector", self._detect, asked)
         out.detected = list(detected)
         return out
+
+    def _detect(self, items: list[tuple[Image, flow.DetectRequest]]) -> list[Detections]:
+        """The detector on images with their requests (one cap per call: one rule config)."""
+        cap = max((r.max_per_class for _, r in items), default=0)
+        return detect_requested(self.stages.detector, [im for im, _ in items], [r.classes for _, r in items], cap)
 
     def plan(self, perceived: Perceived) -> None:
         """``flow.begin`` per image: the detector's answer checked against the contract, the other stages'

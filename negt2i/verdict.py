@@ -208,7 +208,7 @@ def object_measurements(sel: InstanceSelection, perception: ImagePerception, con
     """
     cfg = config.detection
     scores = perception.detections.scores
-    candidates = len(perception.detections.indices_of(sel.class_name))
+    candidates = perception.detections.candidates(sel.class_name)
     return {
         "kept": [[i, float(scores[i])] for i in sel.kept],
         "candidates": candidates,

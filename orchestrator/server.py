@@ -6,7 +6,7 @@ Per item (``docs/architecture.md``), the one per-image flow of ``negt2i.flow``
 1. validate the request: the prompt (inline metadata through
    ``negt2i.spec.parse_prompt``, or a corpus id) and the image (size limits,
    decodable) -> INVALID_ARGUMENT / NOT_FOUND with the reason;
-2. ``detections`` from the detector service;
+2. ``detections`` from the detector service, for the prompt's classes (``flow.detector_request``);
 3. ``flow.begin``: the detections checked against the contract, the other
    stages' requests planned;
 4. the planned segmenter / attributes / depth calls, concurrently;
@@ -127,7 +127,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         image = await self._image(request)
         data = request.image.data
         hw = (int(image.shape[0]), int(image.shape[1]))
-        det, detector = await self.stages.detect(data, hw, deadline)
+        det, detector = await self.stages.detect(data, hw, deadline, flow.detector_request(prompt, self.config))
         served: dict[str, common_pb2.StageService] = {"detector": detector}
         # the flow's checks and judging (distance transforms over whole masks) run on a worker thread,
         # never on the event loop

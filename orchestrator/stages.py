@@ -43,8 +43,10 @@ from numpy.typing import NDArray
 
 from negt2i.config import RuleConfig, stage_rules
 from negt2i.failures import StageError
+from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
 from negt2i.stages.base import ModelInfo
+from negt2i.stages.common import filter_detections
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, stages_pb2
@@ -305,19 +307,37 @@ class RemoteStages:
     # ------------------------------------------------------------------ the four stages
     # Each returns its answer and the record of the model that served it.
 
+    async def features(self, stage: str) -> frozenset[str]:
+        """The optional contract features the stage's ``/info`` lists (read once if not read yet)."""
+        if stage not in self.infos and stage not in self.problems:
+            with contextlib.suppress(httpx.HTTPError, ValueError, adapter.WireError):
+                await self.read_info(stage)
+        info = self.infos.get(stage)
+        return frozenset(info.features) if info is not None else frozenset()
+
     async def detect(
-        self, image: bytes, shape_hw: tuple[int, int], deadline: float
+        self, image: bytes, shape_hw: tuple[int, int], deadline: float, request: DetectRequest | None = None
     ) -> tuple[Detections, common_pb2.StageService]:
-        """Detections of one image (checked against the contract by ``negt2i.flow.begin``)."""
-        item = await asyncio.to_thread(adapter.to_json, stages_pb2.DetectItem(image=adapter.image_to_proto(image)))
+        """Detections of one image (checked against the contract by ``negt2i.flow.begin``), filtered to
+        ``request`` (``negt2i.flow.detector_request``): the request is sent to a detector whose ``/info``
+        lists ``detect.classes`` (older services reject the unknown fields), and the same filter is applied
+        to whatever comes back, so every detector gives the flow the same detections."""
+        msg_item = stages_pb2.DetectItem(image=adapter.image_to_proto(image))
+        if request is not None and adapter.FEATURE_DETECT_CLASSES in await self.features("detector"):
+            msg_item.classes.extend(request.classes)
+            msg_item.max_per_class = request.max_per_class
+        item = await asyncio.to_thread(adapter.to_json, msg_item)
         data = await self.call("detector", item, deadline)
 
         def decode() -> tuple[Detections, str]:  # RLE masks: on a worker thread
             msg = self._parse("detector", data)
             try:
-                return adapter.detections_from_proto(msg, field="detector"), str(msg.model_digest)
+                det = adapter.detections_from_proto(msg, field="detector")
             except adapter.WireError as exc:
                 raise StageError("detector", f"contract violation: {exc}", rule="detect-result") from None
+            if request is not None:
+                det = filter_detections(det, request.classes, request.max_per_class)[0]
+            return det, str(msg.model_digest)
 
         det, digest = await asyncio.to_thread(decode)
         return det, await self.served_by("detector", digest)

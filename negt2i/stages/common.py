@@ -9,18 +9,24 @@ and the synthetic test backends run the same code around their models:
   (``negt2i.rules.postprocess_mask``: closing radius 5, components < 5% dropped);
 - ``masked_crop``: the attribute crop, the box cut out of the image with pixels
   outside the instance mask filled with gray ``#999`` (Appendix C.1);
-- ``box_to_pixels``: continuous ``xyxy`` boxes to integer pixel windows.
+- ``box_to_pixels``: continuous ``xyxy`` boxes to integer pixel windows;
+- ``select_requested`` / ``filter_detections`` / ``detect_requested``: the detector's class filter
+  (``DetectItem.classes`` and ``max_per_class`` in ``docs/stage-contract.md``): only the requested
+  classes, at most ``max_per_class`` per class (highest scores, ties to the earlier detection), in the
+  detector's own order, so that the rules (``negt2i.rules.select_instances``) keep exactly the same
+  instances with and without the filter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
+from negt2i.perception import Detections
 from negt2i.rules import postprocess_mask, select_by_overlap
 
 GRAY_FILL: Final[tuple[int, int, int]] = (0x99, 0x99, 0x99)
@@ -65,6 +71,107 @@ def select_detections(
     boxes[:, 2] = np.maximum(boxes[:, 2], boxes[:, 0])
     boxes[:, 3] = np.maximum(boxes[:, 3], boxes[:, 1])
     return idx, tuple(names[int(i)] for i in ids[idx]), scores[idx], boxes
+
+
+ClassLists = Sequence[Collection[str] | None]
+"""The classes wanted per image (``None`` or empty: every class), as ``Detector.detect`` takes them."""
+
+
+def select_requested(
+    class_names: Sequence[str | None],
+    scores: NDArray[Any],
+    classes: Collection[str] | None = None,
+    max_per_class: int = 0,
+) -> tuple[NDArray[np.intp], dict[str, int]]:
+    """Which detections a class-filtered detector returns, and the per-class counts of the capped classes.
+
+    ``class_names[i]`` is detection i's benchmark class (``None``: a label without one, never kept) and
+    ``scores[i]`` its score, in the detector's order, already at or above the prediction floor. Kept:
+    detections of ``classes`` (``None`` / empty: every class); when ``max_per_class`` > 0, per class
+    only the ``max_per_class`` highest scores, ties to the earlier detection, exactly the order
+    ``Detections.indices_of`` and ``negt2i.rules.select_instances`` use (scores compared as float32, as
+    ``Detections`` stores them). Returns the kept indices in ascending (the detector's) order and, for
+    each class that lost detections to the cap, how many it had before the cap
+    (``Detections.class_counts``).
+    """
+    if max_per_class < 0:
+        raise ValueError(f"max_per_class must be >= 0, got {max_per_class}")
+    n = len(class_names)
+    wanted = frozenset(classes) if classes else None
+    rows: dict[str, list[int]] = {}
+    for i, name in enumerate(class_names):
+        if name is not None and (wanted is None or name in wanted):
+            rows.setdefault(name, []).append(i)
+    if max_per_class <= 0:
+        keep = sorted(i for idx in rows.values() for i in idx)
+        return np.asarray(keep, dtype=np.intp), {}
+    s = np.asarray(scores, dtype=np.float32).reshape(n)
+    kept: list[int] = []
+    counts: dict[str, int] = {}
+    for name, idx in rows.items():
+        if len(idx) > max_per_class:
+            arr = np.asarray(idx, dtype=np.intp)
+            top = arr[np.argsort(-s[arr], kind="stable")[:max_per_class]]
+            kept.extend(int(i) for i in top)
+            counts[name] = len(idx)
+        else:
+            kept.extend(idx)
+    return np.asarray(sorted(kept), dtype=np.intp), counts
+
+
+def filter_detections(
+    detections: Detections, classes: Collection[str] | None = None, max_per_class: int = 0
+) -> tuple[Detections, NDArray[np.intp]]:
+    """``detections`` reduced to what a class-filtered detector returns (``select_requested``), and the
+    original index of each kept detection. Nothing to drop: the same object. Counts a detector already
+    reported (``class_counts``) are kept."""
+    idx, counts = select_requested(detections.class_names, detections.scores, classes, max_per_class)
+    if len(idx) == len(detections):
+        return detections, idx
+    before = dict(detections.class_counts or {})
+    names = tuple(detections.class_names[i] for i in idx)
+    merged = {c: k for c, k in before.items() if c in set(names)}
+    merged.update({c: before.get(c, k) for c, k in counts.items()})
+    d = detections
+    return Detections(names, d.scores[idx], d.xyxy[idx], d.masks[idx], d.shape_hw, merged or None), idx
+
+
+def accepts_classes(detector: Any) -> bool:
+    """Whether ``detector.detect`` takes the ``classes`` / ``max_per_class`` keywords (third-party
+    detectors written before the filter take only ``images``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(detector.detect).parameters
+    except (TypeError, ValueError):
+        return False
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return True
+    return "classes" in params and "max_per_class" in params
+
+
+def detect_requested(
+    detector: Any, images: Sequence[NDArray[np.uint8]], classes: ClassLists | None, max_per_class: int = 0
+) -> list[Detections]:
+    """``detector.detect`` with the class filter: passed on when the detector takes it, and applied to
+    whatever it returns (``filter_detections``: a no-op for a detector that honoured it), so every
+    detector, old or new, gives the rules the same detections."""
+    per_image: list[Collection[str] | None] = list(classes) if classes is not None else [None] * len(images)
+    if len(per_image) != len(images):
+        raise ValueError(f"{len(per_image)} class lists for {len(images)} images")
+    if any(per_image) or max_per_class > 0:
+        if accepts_classes(detector):
+            found = detector.detect(images, classes=per_image, max_per_class=max_per_class)
+        else:
+            found = detector.detect(images)
+    else:
+        found = detector.detect(images)
+    if not isinstance(found, list) or len(found) != len(images):
+        return list(found)  # the caller's contract check names what is wrong
+    return [
+        filter_detections(d, c, max_per_class)[0] if isinstance(d, Detections) else d
+        for d, c in zip(found, per_image, strict=True)
+    ]
 
 
 def check_instance_masks(masks: NDArray[Any], shape_hw: tuple[int, int], count: int) -> NDArray[np.bool_]:

@@ -18,11 +18,16 @@ RF-DETR-Seg-XL. It is called like RF-DETR:
   ``computer keyboard``).
 
 Images are resized by the model's own transform (shorter side 800, longer at most 1333).
+
+The class filter (``detect(images, classes=, max_per_class=)``, ``docs/stage-contract.md``) acts
+before the model's transform pastes the 28 x 28 mask predictions into the full image
+(``_FilteredPostprocess``), so only the kept detections get full-resolution masks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,7 +37,7 @@ from numpy.typing import NDArray
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
 from negt2i.stages.base import Image, ModelInfo, OperatingPoint, applied
-from negt2i.stages.common import check_image, chunks, select_detections
+from negt2i.stages.common import ClassLists, check_image, chunks, select_detections, select_requested
 from negt2i.stages.registry import register
 from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING
 from negt2i.vocab import COCO_CLASSES
@@ -110,9 +115,11 @@ def to_detections(
     *,
     names: dict[int, str],
     floor: float,
+    class_counts: Mapping[str, int] | None = None,
 ) -> Detections:
     """Our ``Detections`` from one image's torchvision output (as numpy): ``N/A`` / background labels and
-    scores below ``floor`` dropped, masks (N, 1, H, W) in [0, 1] thresholded at 0.5, boxes clipped."""
+    scores below ``floor`` dropped, masks (N, 1, H, W) in [0, 1] thresholded at 0.5, boxes clipped;
+    ``class_counts`` from the class filter."""
     n = len(labels)
     idx, classes, conf, xyxy = select_detections(labels, scores, boxes, shape_hw, names=names, floor=floor)
     h, w = shape_hw
@@ -122,7 +129,38 @@ def to_detections(
     if soft.shape != (n, h, w):
         raise ValueError(f"Mask R-CNN masks have shape {np.asarray(soft_masks).shape}, expected ({n}, 1, {h}, {w})")
     masks = soft[idx] >= MASK_THRESHOLD if soft.dtype != np.bool_ else soft[idx]
-    return Detections(classes, conf, xyxy, masks, shape_hw)
+    return Detections(classes, conf, xyxy, masks, shape_hw, class_counts or None)
+
+
+class _FilteredPostprocess:
+    """The model transform's ``postprocess`` (box rescaling, mask pasting) after the class filter.
+
+    Per image with a request: the rows ``to_detections`` would keep (a benchmark class, float32 score
+    clipped to [0, 1] at least the floor) reduced by ``select_requested``; the others never reach
+    ``paste_masks_in_image``. ``request`` None: the wrapped method unchanged.
+    """
+
+    def __init__(self, inner: Any, names: dict[int, str], floor: float) -> None:
+        self.inner = inner
+        self.names = names
+        self.floor = floor
+        self.request: list[tuple[Collection[str] | None, int]] | None = None
+        self.counts: list[dict[str, int]] = []
+
+    def __call__(self, result: list[dict[str, Any]], image_shapes: Any, original_image_sizes: Any) -> Any:
+        request = self.request
+        self.counts = [{} for _ in result]
+        if request is not None:
+            kept = []
+            for i, r in enumerate(result):
+                conf = np.clip(r["scores"].float().cpu().numpy(), 0.0, 1.0)
+                ids = r["labels"].cpu().numpy()
+                names = [self.names.get(int(c)) if s >= self.floor else None for c, s in zip(ids, conf, strict=True)]
+                keep, self.counts[i] = select_requested(names, conf, *request[i])
+                sel = r["scores"].new_tensor(keep, dtype=r["labels"].dtype)
+                kept.append({k: v.index_select(0, sel) for k, v in r.items()})
+            result = kept
+        return self.inner(result, image_shapes, original_image_sizes)
 
 
 class MaskRCNNDetector:
@@ -149,6 +187,11 @@ class MaskRCNNDetector:
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
         self.names = class_names_by_id()
+        inner = model.transform.postprocess
+        inner = inner.inner if isinstance(inner, _FilteredPostprocess) else inner
+        self._post = _FilteredPostprocess(inner, self.names, floor)
+        model.transform.postprocess = self._post
+        self._lock = threading.Lock()
 
     @classmethod
     def from_weights(
@@ -182,22 +225,36 @@ class MaskRCNNDetector:
         )
         return cls(model, applied(info, config, point), floor=floor, batch_size=batch_size, dtype=dtype)
 
-    def detect(self, images: Sequence[Image]) -> list[Detections]:
-        """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling."""
+    def detect(
+        self, images: Sequence[Image], classes: ClassLists | None = None, *, max_per_class: int = 0
+    ) -> list[Detections]:
+        """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling;
+        with ``classes`` (per image; None / empty: every class) or ``max_per_class`` > 0, only those
+        (see the module docstring)."""
         import torch
 
         from negt2i.stages._torch import precision
 
         shapes = [check_image(im) for im in images]
+        wanted = list(classes) if classes is not None else [None] * len(images)
+        if len(wanted) != len(images):
+            raise ValueError(f"{len(wanted)} class lists for {len(images)} images")
+        filtered = any(wanted) or max_per_class > 0
         out: list[Detections] = []
         for part in chunks(len(images), self.batch_size):
             tensors = [
                 torch.from_numpy(np.ascontiguousarray(im)).to(self.device).permute(2, 0, 1).float().div_(255.0)
                 for im in images[part]
             ]
-            with precision(self.device, self.dtype):
-                preds = self.model(tensors)
-            for p, hw in zip(preds, shapes[part], strict=True):
+            with self._lock:
+                self._post.request = [(w, max_per_class) for w in wanted[part]] if filtered else None
+                try:
+                    with precision(self.device, self.dtype):
+                        preds = self.model(tensors)
+                    counts = list(self._post.counts)
+                finally:
+                    self._post.request = None
+            for p, hw, c in zip(preds, shapes[part], counts, strict=True):
                 masks = p["masks"] >= MASK_THRESHOLD  # threshold on the device: bool, not float, comes back
                 out.append(
                     to_detections(
@@ -208,6 +265,7 @@ class MaskRCNNDetector:
                         hw,
                         names=self.names,
                         floor=self.floor,
+                        class_counts=c,
                     )
                 )
         return out

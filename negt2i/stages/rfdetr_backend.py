@@ -12,11 +12,19 @@ By default the model runs RF-DETR's inference-optimised graph (``model.inference
 the exported forward without training-only branches, 158.7 vs 202.9 GFLOP per image at 624 px,
 identical ``predict()`` output; ``tests/stages/test_rfdetr.py`` checks the parity), and in the
 precision chosen with ``dtype`` (``fp32`` by default, ``negt2i.stages._torch.precision``).
+
+The class filter (``detect(images, classes=, max_per_class=)``, ``docs/stage-contract.md``) acts inside
+RF-DETR's post-processing (``_FilteredPostProcess``): of the top 300 query/class pairs, only those of
+the requested classes above the floor, at most ``max_per_class`` per class, have their masks gathered
+and upsampled to the image, so the cost of full-resolution masks follows what the rules read, not the
+300 raw detections. The kept detections are exactly those the unfiltered call followed by
+``negt2i.stages.common.filter_detections`` gives (``tests/stages/test_class_filter.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -26,7 +34,7 @@ from numpy.typing import NDArray
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
 from negt2i.stages.base import Image, ModelInfo, OperatingPoint, applied
-from negt2i.stages.common import check_image, select_detections
+from negt2i.stages.common import ClassLists, check_image, select_detections, select_requested
 from negt2i.stages.registry import register
 from negt2i.vocab import COCO_CLASSES
 
@@ -64,9 +72,10 @@ def to_detections(
     *,
     names: Mapping[int, str],
     floor: float,
+    class_counts: Mapping[str, int] | None = None,
 ) -> Detections:
     """Our ``Detections`` from RF-DETR's arrays: unknown ids and scores below ``floor`` dropped, boxes
-    clipped to the image, scores clipped to [0, 1]."""
+    clipped to the image, scores clipped to [0, 1]; ``class_counts`` from the class filter."""
     if len(class_id) and mask is None:
         raise ValueError("RF-DETR returned no masks; a segmentation model (RFDETRSeg*) is required")
     idx, classes, scores, boxes = select_detections(class_id, confidence, xyxy, shape_hw, names=names, floor=floor)
@@ -74,7 +83,69 @@ def to_detections(
     masks = np.zeros((0, h, w), dtype=bool) if mask is None else np.asarray(mask, dtype=bool)[idx]
     if masks.shape != (len(idx), h, w):
         raise ValueError(f"RF-DETR masks have shape {masks.shape}, expected ({len(idx)}, {h}, {w})")
-    return Detections(classes, scores, boxes, masks, shape_hw)
+    return Detections(classes, scores, boxes, masks, shape_hw, class_counts or None)
+
+
+class _FilteredPostProcess:
+    """RF-DETR's ``PostProcess`` with the class filter applied before masks are gathered and upsampled.
+
+    Unfiltered (``request`` None) it is the wrapped module. Filtered, per image: RF-DETR's own top-k
+    selection and box scaling, then the rows ``predict`` and ``to_detections`` would keep (score above
+    ``predict``'s threshold, a benchmark class, float32 score clipped to [0, 1] at least the floor)
+    reduced by ``select_requested``, and RF-DETR's own mask post-processing on those rows only.
+    """
+
+    def __init__(self, inner: Any, names: Mapping[int, str], floor: float) -> None:
+        self.inner = inner
+        self.names = names
+        self.floor = floor
+        self.request: list[tuple[Collection[str] | None, int]] | None = None
+        self.counts: list[dict[str, int]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def __call__(self, outputs: dict[str, Any], target_sizes: Any, score_threshold: float | None = None) -> Any:
+        import torch
+
+        inner = self.inner
+        request = self.request
+        masks = outputs.get("pred_masks")
+        if request is None or masks is None or outputs.get("pred_keypoints") is not None:
+            self.counts = [{} for _ in range(len(target_sizes))]
+            return inner(outputs, target_sizes, score_threshold=score_threshold)
+        logits = outputs["pred_logits"]
+        inner._validate_outputs(logits, masks, None, target_sizes)
+        scores, labels, topk = inner._select_topk(logits)
+        boxes = inner._gather_and_scale_boxes(outputs["pred_boxes"], topk, target_sizes)
+        results: list[dict[str, Any]] = []
+        self.counts = []
+        for i in range(logits.shape[0]):
+            classes, cap = request[i]
+            ok = np.ones(scores.shape[1], dtype=bool)
+            if score_threshold is not None:
+                ok = (scores[i] > score_threshold).cpu().numpy()
+            conf = np.clip(scores[i].float().cpu().numpy(), 0.0, 1.0)
+            ok &= conf >= self.floor
+            ids = labels[i].cpu().numpy()
+            names = [self.names.get(int(c)) if k else None for c, k in zip(ids, ok, strict=True)]
+            keep, counts = select_requested(names, conf, classes, cap)
+            self.counts.append(counts)
+            sel = torch.as_tensor(keep, dtype=torch.long, device=scores.device)
+            one = slice(i, i + 1)
+            results.extend(
+                inner._postprocess_masks(
+                    masks[one],
+                    scores[one][:, sel],
+                    labels[one][:, sel],
+                    boxes[one][:, sel],
+                    topk[one][:, sel],
+                    target_sizes[one],
+                    inner.upsample_masks_to_image_size,
+                    score_threshold=score_threshold,
+                )
+            )
+        return results
 
 
 class RFDETRDetector:
@@ -108,6 +179,12 @@ class RFDETRDetector:
                     raise ValueError(f"the optimised RF-DETR graph needs a square shape, got {shape}")
                 model.model.resolution = int(shape[0])
             model.inference(compile=False)
+        context = model.model
+        inner = getattr(context, "postprocess", None)
+        inner = inner.inner if isinstance(inner, _FilteredPostProcess) else inner
+        self._post = _FilteredPostProcess(inner, self.names, floor)
+        context.postprocess = self._post
+        self._lock = threading.Lock()
 
     @classmethod
     def from_weights(
@@ -137,23 +214,42 @@ class RFDETRDetector:
         info = applied(info, config, OperatingPoint(prediction_floor=floor, suppression="none", input_size=size))
         return cls(model, info, floor=floor, optimize=optimize, dtype=dtype, shape=shape)
 
-    def detect(self, images: Sequence[Image]) -> list[Detections]:
-        """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling."""
+    def detect(
+        self, images: Sequence[Image], classes: ClassLists | None = None, *, max_per_class: int = 0
+    ) -> list[Detections]:
+        """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling;
+        with ``classes`` (per image; None / empty: every class) or ``max_per_class`` > 0, only those
+        (see the module docstring)."""
         from negt2i.stages._torch import precision
 
         if not images:
             return []
         shapes = [check_image(im) for im in images]
+        wanted = list(classes) if classes is not None else [None] * len(images)
+        if len(wanted) != len(images):
+            raise ValueError(f"{len(wanted)} class lists for {len(images)} images")
         kwargs: dict[str, Any] = {"threshold": self.floor, "include_source_image": False}
         if self.shape is not None:
             kwargs["shape"] = self.shape
-        with precision(self.model.model.device, self.dtype):
-            preds = self.model.predict([np.ascontiguousarray(im) for im in images], **kwargs)
+        filtered = any(wanted) or max_per_class > 0
+        with self._lock:
+            self._post.request = [(w, max_per_class) for w in wanted] if filtered else None
+            self._post.counts = []
+            try:
+                with precision(self.model.model.device, self.dtype):
+                    preds = self.model.predict([np.ascontiguousarray(im) for im in images], **kwargs)
+                counts = list(self._post.counts)
+                if len(counts) != len(images):  # the hook did not run: unfiltered rows, the caller filters them
+                    counts = [{} for _ in images]
+            finally:
+                self._post.request = None
         if not isinstance(preds, list):
             preds = [preds]
         return [
-            to_detections(p.class_id, p.confidence, p.xyxy, p.mask, hw, names=self.names, floor=self.floor)
-            for p, hw in zip(preds, shapes, strict=True)
+            to_detections(
+                p.class_id, p.confidence, p.xyxy, p.mask, hw, names=self.names, floor=self.floor, class_counts=c
+            )
+            for p, hw, c in zip(preds, shapes, counts, strict=True)
         ]
 
 

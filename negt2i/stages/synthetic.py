@@ -29,7 +29,7 @@ The encoding:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -42,7 +42,14 @@ from negt2i import __version__
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections, mask_to_xyxy
 from negt2i.stages.base import Image, ModelInfo, OperatingPoint, RefineItem, ScoreItem, applied
-from negt2i.stages.common import check_boxes, check_image, check_instance_masks, refine_with_candidates
+from negt2i.stages.common import (
+    ClassLists,
+    check_boxes,
+    check_image,
+    check_instance_masks,
+    refine_with_candidates,
+    select_requested,
+)
 from negt2i.stages.registry import register
 from negt2i.vocab import COCO_CLASSES
 
@@ -187,12 +194,17 @@ def write_geneval_layout(root: str | Path, entries: Sequence[tuple[Mapping[str, 
 # --------------------------------------------------------------------------- backends
 
 
-def find_objects(image: Image, min_area: int = 4) -> list[tuple[str, NDArray[np.bool_]]]:
-    """``(class name, filled mask)`` for every connected component of a class colour, classes in COCO
-    order and components in scan order."""
+def find_objects(
+    image: Image, min_area: int = 4, classes: Collection[str] | None = None
+) -> list[tuple[str, NDArray[np.bool_]]]:
+    """``(class name, filled mask)`` for every connected component of a class colour (of ``classes``
+    only, when given and not empty), classes in COCO order and components in scan order."""
     check_image(image)
     codes = _code(image)
     present = np.intersect1d(np.unique(codes), _CLASS_CODES)
+    if classes:
+        wanted = np.array([_code_of(CLASS_COLORS[c]) for c in set(classes) if c in CLASS_COLORS], dtype=np.int64)
+        present = np.intersect1d(present, wanted)
     order = sorted(present.tolist(), key=lambda c: COCO_CLASSES.index(_CLASS_OF_CODE[c]))
     found: list[tuple[str, NDArray[np.bool_]]] = []
     eight = np.ones((3, 3), dtype=bool)
@@ -222,19 +234,28 @@ class SyntheticDetector:
         self.floor = config.detection.prediction_floor
         self.info = applied(_info("detector"), config, OperatingPoint(prediction_floor=self.floor))
 
-    def detect(self, images: Sequence[Image]) -> list[Detections]:
-        """One ``Detections`` per image (see the module docstring)."""
+    def detect(
+        self, images: Sequence[Image], classes: ClassLists | None = None, *, max_per_class: int = 0
+    ) -> list[Detections]:
+        """One ``Detections`` per image (see the module docstring); ``classes`` (per image) and
+        ``max_per_class``: the class filter (``negt2i.stages.common.select_requested``), applied before
+        any other class's components are labelled or any mask is stacked."""
         out: list[Detections] = []
-        for image in images:
+        wanted = list(classes) if classes is not None else [None] * len(images)
+        if len(wanted) != len(images):
+            raise ValueError(f"{len(wanted)} class lists for {len(images)} images")
+        for image, want in zip(images, wanted, strict=True):
             hw = check_image(image)
-            found = find_objects(image, self.min_area) if self.score >= self.floor else []
-            if not found:
+            found = find_objects(image, self.min_area, want) if self.score >= self.floor else []
+            scores = np.full(len(found), self.score, np.float32)
+            keep, counts = select_requested([name for name, _ in found], scores, want, max_per_class)
+            if not len(keep):
                 out.append(Detections.empty(hw))
                 continue
-            names = [name for name, _ in found]
-            masks = np.stack([m for _, m in found])
+            names = [found[i][0] for i in keep]
+            masks = np.stack([found[i][1] for i in keep])
             boxes = np.array([mask_to_xyxy(m) for m in masks], dtype=np.float32)
-            out.append(Detections(tuple(names), np.full(len(names), self.score, np.float32), boxes, masks, hw))
+            out.append(Detections(tuple(names), scores[keep], boxes, masks, hw, counts or None))
         return out
 
 

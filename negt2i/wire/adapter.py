@@ -58,6 +58,8 @@ from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
 
 CONTRACT: Final = "negt2i.v1"
 """Version of the public API and of the stage contract."""
+FEATURE_DETECT_CLASSES: Final = "detect.classes"
+"""``StageInfo.features`` entry of a detector that honours ``DetectItem.classes`` / ``max_per_class``."""
 
 DEFAULT_MAX_PIXELS: Final = images.DEFAULT_MAX_PIXELS
 """Largest image (H x W) accepted by default (larger files are refused from their header, before decoding)."""
@@ -288,6 +290,8 @@ def detections_to_proto(det: Detections) -> stages_pb2.DetectResult:
                 mask=mask_to_proto(det.masks[i]),
             )
         )
+    for name, count in (det.class_counts or {}).items():
+        out.class_counts[name] = count
     return out
 
 
@@ -307,6 +311,7 @@ def detections_from_proto(msg: stages_pb2.DetectResult, *, field: str = "result"
             if n
             else np.zeros((0, *hw), dtype=bool),
             hw,
+            dict(msg.class_counts) or None,
         )
     except WireError:
         raise

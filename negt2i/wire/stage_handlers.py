@@ -24,11 +24,15 @@ from google.protobuf.message import Message
 
 from negt2i.stages._torch import parse_dtypes
 from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.common import detect_requested
 from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
+from negt2i.vocab import COCO_CLASSES
 from negt2i.wire import adapter
 from negt2i.wire.limits import ItemLimits
 from negt2i.wire.stage_table import spec
 from negt2i.wire.v1 import common_pb2, stages_pb2
+
+_VOCAB: Final = frozenset(COCO_CLASSES)
 
 DEFAULT_MAX_REQUEST_BYTES: Final = 64 * 1024 * 1024
 """Largest request body a stage service accepts by default (HTTP 413 above)."""
@@ -90,6 +94,28 @@ def _create_backend(settings: StageSettings) -> Any:
     return create(settings.stage, settings.backend, **options)
 
 
+FEATURES: Final[dict[str, tuple[str, ...]]] = {"detector": (adapter.FEATURE_DETECT_CLASSES,)}
+"""Optional contract features each stage's handler honours (``StageInfo.features``)."""
+
+
+def check_classes(classes: list[str]) -> tuple[str, ...]:
+    """``DetectItem.classes``: benchmark class names (at most one entry per class); 400 otherwise."""
+    if len(classes) > len(COCO_CLASSES):
+        raise adapter.WireError(f"{len(classes)} classes, above the {len(COCO_CLASSES)} of the vocabulary",
+                                field="classes")  # fmt: skip
+    for i, name in enumerate(classes):
+        if name not in _VOCAB:
+            raise adapter.WireError(f"{name[:64]!r} is not a benchmark class", field=f"classes[{i}]")
+    return tuple(classes)
+
+
+def check_max_per_class(value: int) -> int:
+    """``DetectItem.max_per_class``: >= 0 (0: no cap); 400 otherwise."""
+    if value < 0:
+        raise adapter.WireError(f"max_per_class must be >= 0, got {value}", field="max_per_class")
+    return int(value)
+
+
 class StageHandler:
     """Loads one stage backend and answers its contract's items."""
 
@@ -144,6 +170,7 @@ class StageHandler:
                 body_timeout_s=self.settings.limits.body_timeout_s,
             ),
             ready=self.ready,
+            features=FEATURES.get(self.stage, ()),
         )
 
     # ------------------------------------------------------------------ dispatch
@@ -203,12 +230,27 @@ class StageHandler:
                     results[i] = result_cls(error=adapter.item_failure(exc))
         return [r for r in results if r is not None]
 
+    def _detect_prepare(self, msg: stages_pb2.DetectItem) -> tuple[Image, tuple[str, ...], int]:
+        return self._image(msg.image), check_classes(list(msg.classes)), check_max_per_class(msg.max_per_class)
+
     def _detect(self, items: Sequence[Any]) -> list[Message]:
+        def run(batch: list[tuple[Image, tuple[str, ...], int]]) -> list[Any]:
+            # one backend call per cap (callers with the same rules send the same cap: usually one call)
+            out: list[Any] = [None] * len(batch)
+            for cap in dict.fromkeys(c for _, _, c in batch):
+                idx = [i for i, (_, _, c) in enumerate(batch) if c == cap]
+                found = detect_requested(self.backend, [batch[i][0] for i in idx], [batch[i][1] for i in idx], cap)
+                if len(found) != len(idx):
+                    raise RuntimeError(f"backend returned {len(found)} results for {len(idx)} items")
+                for i, det in zip(idx, found, strict=True):
+                    out[i] = det
+            return out
+
         return self._batched(
             items,
             item_cls=self.spec.item,
-            prepare=lambda m: self._image(m.image),
-            run=self.backend.detect,
+            prepare=self._detect_prepare,
+            run=run,
             pack=lambda _m, det: adapter.detections_to_proto(det),
             result_cls=self.spec.result,
         )

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from negt2i.wire.v1 import common_pb2 as negt2i_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16negt2i/v1/stages.proto\x12\tnegt2i.v1\x1a\x16negt2i/v1/common.proto\"=\n\x0bItemFailure\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"-\n\nDetectItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\"j\n\tDetection\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x1b\n\x03\x62ox\x18\x03 \x01(\x0b\x32\x0e.negt2i.v1.Box\x12\x1d\n\x04mask\x18\x04 \x01(\x0b\x32\x0f.negt2i.v1.Mask\"\x94\x01\n\x0c\x44\x65tectResult\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12(\n\ndetections\x18\x03 \x03(\x0b\x32\x14.negt2i.v1.Detection\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"w\n\x0bSegmentItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1d\n\x05\x62oxes\x18\x02 \x03(\x0b\x32\x0e.negt2i.v1.Box\x12(\n\x0freference_masks\x18\x03 \x03(\x0b\x32\x0f.negt2i.v1.Mask\"l\n\rSegmentResult\x12\x1e\n\x05masks\x18\x01 \x03(\x0b\x32\x0f.negt2i.v1.Mask\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"w\n\x0e\x41ttributesItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1e\n\x05masks\x18\x02 \x03(\x0b\x32\x0f.negt2i.v1.Mask\x12\x13\n\x0b\x63lass_names\x18\x03 \x03(\t\x12\x0f\n\x07\x61nswers\x18\x04 \x03(\t\" \n\x0eInstanceScores\x12\x0e\n\x06scores\x18\x01 \x03(\x02\"}\n\x10\x41ttributesResult\x12,\n\tinstances\x18\x01 \x03(\x0b\x32\x19.negt2i.v1.InstanceScores\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"X\n\tDepthItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12*\n\x08\x65ncoding\x18\x02 \x01(\x0e\x32\x18.negt2i.v1.DepthEncoding\"c\n\x08\x44\x65pthMap\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12*\n\x08\x65ncoding\x18\x03 \x01(\x0e\x32\x18.negt2i.v1.DepthEncoding\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"r\n\x0b\x44\x65pthResult\x12&\n\tdisparity\x18\x01 \x01(\x0b\x32\x13.negt2i.v1.DepthMap\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"\xe5\x01\n\x0bStageLimits\x12\x19\n\x11max_request_bytes\x18\x01 \x01(\x03\x12\x16\n\x0emax_batch_size\x18\x02 \x01(\x05\x12\x12\n\nmax_pixels\x18\x03 \x01(\x03\x12\x1a\n\x12max_masks_per_item\x18\x04 \x01(\x05\x12\x17\n\x0fmax_mask_pixels\x18\x05 \x01(\x03\x12\x13\n\x0bmax_answers\x18\x06 \x01(\x05\x12\x16\n\x0emax_text_chars\x18\x07 \x01(\x05\x12\x15\n\rmax_rle_chars\x18\x08 \x01(\x03\x12\x16\n\x0e\x62ody_timeout_s\x18\t \x01(\x01\"y\n\tStageInfo\x12\x10\n\x08\x63ontract\x18\x01 \x01(\t\x12#\n\x05model\x18\x02 \x01(\x0b\x32\x14.negt2i.v1.ModelInfo\x12&\n\x06limits\x18\x03 \x01(\x0b\x32\x16.negt2i.v1.StageLimits\x12\r\n\x05ready\x18\x04 \x01(\x08\x42\x93\x01\n\x19org.negt2ibench.negt2i.v1B\x0bStagesProtoP\x01Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\xa2\x02\x03NXX\xaa\x02\tNegt2i.V1\xca\x02\tNegt2i\\V1\xea\x02\nNegt2i::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16negt2i/v1/stages.proto\x12\tnegt2i.v1\x1a\x16negt2i/v1/common.proto\"=\n\x0bItemFailure\x12\x0e\n\x06status\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\"U\n\nDetectItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x0f\n\x07\x63lasses\x18\x02 \x03(\t\x12\x15\n\rmax_per_class\x18\x03 \x01(\x05\"j\n\tDetection\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x1b\n\x03\x62ox\x18\x03 \x01(\x0b\x32\x0e.negt2i.v1.Box\x12\x1d\n\x04mask\x18\x04 \x01(\x0b\x32\x0f.negt2i.v1.Mask\"\x88\x02\n\x0c\x44\x65tectResult\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12(\n\ndetections\x18\x03 \x03(\x0b\x32\x14.negt2i.v1.Detection\x12>\n\x0c\x63lass_counts\x18\x04 \x03(\x0b\x32(.negt2i.v1.DetectResult.ClassCountsEntry\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\x1a\x32\n\x10\x43lassCountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"w\n\x0bSegmentItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1d\n\x05\x62oxes\x18\x02 \x03(\x0b\x32\x0e.negt2i.v1.Box\x12(\n\x0freference_masks\x18\x03 \x03(\x0b\x32\x0f.negt2i.v1.Mask\"l\n\rSegmentResult\x12\x1e\n\x05masks\x18\x01 \x03(\x0b\x32\x0f.negt2i.v1.Mask\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"w\n\x0e\x41ttributesItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12\x1e\n\x05masks\x18\x02 \x03(\x0b\x32\x0f.negt2i.v1.Mask\x12\x13\n\x0b\x63lass_names\x18\x03 \x03(\t\x12\x0f\n\x07\x61nswers\x18\x04 \x03(\t\" \n\x0eInstanceScores\x12\x0e\n\x06scores\x18\x01 \x03(\x02\"}\n\x10\x41ttributesResult\x12,\n\tinstances\x18\x01 \x03(\x0b\x32\x19.negt2i.v1.InstanceScores\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"X\n\tDepthItem\x12\x1f\n\x05image\x18\x01 \x01(\x0b\x32\x10.negt2i.v1.Image\x12*\n\x08\x65ncoding\x18\x02 \x01(\x0e\x32\x18.negt2i.v1.DepthEncoding\"c\n\x08\x44\x65pthMap\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12*\n\x08\x65ncoding\x18\x03 \x01(\x0e\x32\x18.negt2i.v1.DepthEncoding\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"r\n\x0b\x44\x65pthResult\x12&\n\tdisparity\x18\x01 \x01(\x0b\x32\x13.negt2i.v1.DepthMap\x12%\n\x05\x65rror\x18\x0f \x01(\x0b\x32\x16.negt2i.v1.ItemFailure\x12\x14\n\x0cmodel_digest\x18\x0e \x01(\t\"\xe5\x01\n\x0bStageLimits\x12\x19\n\x11max_request_bytes\x18\x01 \x01(\x03\x12\x16\n\x0emax_batch_size\x18\x02 \x01(\x05\x12\x12\n\nmax_pixels\x18\x03 \x01(\x03\x12\x1a\n\x12max_masks_per_item\x18\x04 \x01(\x05\x12\x17\n\x0fmax_mask_pixels\x18\x05 \x01(\x03\x12\x13\n\x0bmax_answers\x18\x06 \x01(\x05\x12\x16\n\x0emax_text_chars\x18\x07 \x01(\x05\x12\x15\n\rmax_rle_chars\x18\x08 \x01(\x03\x12\x16\n\x0e\x62ody_timeout_s\x18\t \x01(\x01\"\x8b\x01\n\tStageInfo\x12\x10\n\x08\x63ontract\x18\x01 \x01(\t\x12#\n\x05model\x18\x02 \x01(\x0b\x32\x14.negt2i.v1.ModelInfo\x12&\n\x06limits\x18\x03 \x01(\x0b\x32\x16.negt2i.v1.StageLimits\x12\r\n\x05ready\x18\x04 \x01(\x08\x12\x10\n\x08\x66\x65\x61tures\x18\x05 \x03(\tB\x93\x01\n\x19org.negt2ibench.negt2i.v1B\x0bStagesProtoP\x01Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\xa2\x02\x03NXX\xaa\x02\tNegt2i.V1\xca\x02\tNegt2i\\V1\xea\x02\nNegt2i::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,32 +33,36 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'negt2i.wire.v1.stages_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\031org.negt2ibench.negt2i.v1B\013StagesProtoP\001Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\242\002\003NXX\252\002\tNegt2i.V1\312\002\tNegt2i\\V1\352\002\nNegt2i::V1'
+  _globals['_DETECTRESULT_CLASSCOUNTSENTRY']._loaded_options = None
+  _globals['_DETECTRESULT_CLASSCOUNTSENTRY']._serialized_options = b'8\001'
   _globals['_ITEMFAILURE']._serialized_start=61
   _globals['_ITEMFAILURE']._serialized_end=122
   _globals['_DETECTITEM']._serialized_start=124
-  _globals['_DETECTITEM']._serialized_end=169
-  _globals['_DETECTION']._serialized_start=171
-  _globals['_DETECTION']._serialized_end=277
-  _globals['_DETECTRESULT']._serialized_start=280
-  _globals['_DETECTRESULT']._serialized_end=428
-  _globals['_SEGMENTITEM']._serialized_start=430
-  _globals['_SEGMENTITEM']._serialized_end=549
-  _globals['_SEGMENTRESULT']._serialized_start=551
-  _globals['_SEGMENTRESULT']._serialized_end=659
-  _globals['_ATTRIBUTESITEM']._serialized_start=661
-  _globals['_ATTRIBUTESITEM']._serialized_end=780
-  _globals['_INSTANCESCORES']._serialized_start=782
-  _globals['_INSTANCESCORES']._serialized_end=814
-  _globals['_ATTRIBUTESRESULT']._serialized_start=816
-  _globals['_ATTRIBUTESRESULT']._serialized_end=941
-  _globals['_DEPTHITEM']._serialized_start=943
-  _globals['_DEPTHITEM']._serialized_end=1031
-  _globals['_DEPTHMAP']._serialized_start=1033
-  _globals['_DEPTHMAP']._serialized_end=1132
-  _globals['_DEPTHRESULT']._serialized_start=1134
-  _globals['_DEPTHRESULT']._serialized_end=1248
-  _globals['_STAGELIMITS']._serialized_start=1251
-  _globals['_STAGELIMITS']._serialized_end=1480
-  _globals['_STAGEINFO']._serialized_start=1482
-  _globals['_STAGEINFO']._serialized_end=1603
+  _globals['_DETECTITEM']._serialized_end=209
+  _globals['_DETECTION']._serialized_start=211
+  _globals['_DETECTION']._serialized_end=317
+  _globals['_DETECTRESULT']._serialized_start=320
+  _globals['_DETECTRESULT']._serialized_end=584
+  _globals['_DETECTRESULT_CLASSCOUNTSENTRY']._serialized_start=534
+  _globals['_DETECTRESULT_CLASSCOUNTSENTRY']._serialized_end=584
+  _globals['_SEGMENTITEM']._serialized_start=586
+  _globals['_SEGMENTITEM']._serialized_end=705
+  _globals['_SEGMENTRESULT']._serialized_start=707
+  _globals['_SEGMENTRESULT']._serialized_end=815
+  _globals['_ATTRIBUTESITEM']._serialized_start=817
+  _globals['_ATTRIBUTESITEM']._serialized_end=936
+  _globals['_INSTANCESCORES']._serialized_start=938
+  _globals['_INSTANCESCORES']._serialized_end=970
+  _globals['_ATTRIBUTESRESULT']._serialized_start=972
+  _globals['_ATTRIBUTESRESULT']._serialized_end=1097
+  _globals['_DEPTHITEM']._serialized_start=1099
+  _globals['_DEPTHITEM']._serialized_end=1187
+  _globals['_DEPTHMAP']._serialized_start=1189
+  _globals['_DEPTHMAP']._serialized_end=1288
+  _globals['_DEPTHRESULT']._serialized_start=1290
+  _globals['_DEPTHRESULT']._serialized_end=1404
+  _globals['_STAGELIMITS']._serialized_start=1407
+  _globals['_STAGELIMITS']._serialized_end=1636
+  _globals['_STAGEINFO']._serialized_start=1639
+  _globals['_STAGEINFO']._serialized_end=1778
 # @@protoc_insertion_point(module_scope)

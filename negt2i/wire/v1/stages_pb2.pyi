@@ -66,18 +66,33 @@ class DetectItem(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     IMAGE_FIELD_NUMBER: _builtins.int
+    CLASSES_FIELD_NUMBER: _builtins.int
+    MAX_PER_CLASS_FIELD_NUMBER: _builtins.int
+    max_per_class: _builtins.int
+    """At most this many detections per class are wanted: the highest scores, ties to the
+    earlier detection in the detector's order. 0 (absent): no cap.
+    """
     @_builtins.property
     def image(self) -> _common_pb2.Image:
         """The image."""
+
+    @_builtins.property
+    def classes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only detections of these classes are wanted (benchmark spelling, e.g. "computer mouse"):
+        a detector that honours the field (StageInfo.features holds "detect.classes") returns,
+        and builds masks for, only these classes. Absent or empty: every class.
+        """
 
     def __init__(
         self,
         *,
         image: _common_pb2.Image | None = ...,
+        classes: _abc.Iterable[_builtins.str] | None = ...,
+        max_per_class: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["classes", b"classes", "image", b"image", "max_per_class", b"max_per_class"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -127,9 +142,30 @@ class DetectResult(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ClassCountsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     HEIGHT_FIELD_NUMBER: _builtins.int
     WIDTH_FIELD_NUMBER: _builtins.int
     DETECTIONS_FIELD_NUMBER: _builtins.int
+    CLASS_COUNTS_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     MODEL_DIGEST_FIELD_NUMBER: _builtins.int
     height: _builtins.int
@@ -145,6 +181,13 @@ class DetectResult(_message.Message):
         """The detections, in the detector's order (indices are stable)."""
 
     @_builtins.property
+    def class_counts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Per class the detector capped with DetectItem.max_per_class: how many detections of the
+        class it had at or above its prediction floor before the cap (classes not listed: all of
+        them are in detections).
+        """
+
+    @_builtins.property
     def error(self) -> Global___ItemFailure:
         """Set when this item failed (e.g. an undecodable image); the other fields are then unset."""
 
@@ -154,12 +197,13 @@ class DetectResult(_message.Message):
         height: _builtins.int = ...,
         width: _builtins.int = ...,
         detections: _abc.Iterable[Global___Detection] | None = ...,
+        class_counts: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         error: Global___ItemFailure | None = ...,
         model_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["detections", b"detections", "error", b"error", "height", b"height", "model_digest", b"model_digest", "width", b"width"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["class_counts", b"class_counts", "detections", b"detections", "error", b"error", "height", b"height", "model_digest", b"model_digest", "width", b"width"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -503,6 +547,7 @@ class StageInfo(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
     READY_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
     contract: _builtins.str
     """Contract version, "negt2i.v1"."""
     ready: _builtins.bool
@@ -515,6 +560,13 @@ class StageInfo(_message.Message):
     def limits(self) -> Global___StageLimits:
         """The limits the service enforces."""
 
+    @_builtins.property
+    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Optional contract features the service honours, e.g. "detect.classes" (DetectItem.classes
+        and max_per_class). A caller sends a feature's fields only to a service that lists it:
+        services of the contract before the feature reject unknown fields.
+        """
+
     def __init__(
         self,
         *,
@@ -522,10 +574,11 @@ class StageInfo(_message.Message):
         model: _common_pb2.ModelInfo | None = ...,
         limits: Global___StageLimits | None = ...,
         ready: _builtins.bool = ...,
+        features: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["contract", b"contract", "limits", b"limits", "model", b"model", "ready", b"ready"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["contract", b"contract", "features", b"features", "limits", b"limits", "model", b"model", "ready", b"ready"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
