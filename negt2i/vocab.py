@@ -137,6 +137,14 @@ CASE_RULE: Final[str] = (
 """How class names, values, predicates and category names are matched (published in the API's vocabulary)."""
 
 
+COCO_SPELLINGS: Final[dict[str, str]] = {
+    "mouse": "computer mouse",
+    "remote": "tv remote",
+    "keyboard": "computer keyboard",
+}
+"""COCO's own names of the classes GenEval renamed -> GenEval's spelling (only ever suggested, never accepted)."""
+
+
 def _fold(word: str) -> str:
     return " ".join(word.replace("_", " ").replace("-", " ").split()).casefold()
 
@@ -145,7 +153,8 @@ def suggest(word: str, vocabulary: Iterable[str]) -> str | None:
     """The canonical spelling a refused ``word`` most likely meant, or None.
 
     First a match ignoring case, repeated / surrounding blanks and ``_`` / ``-`` for a blank
-    (``"Computer_Mouse"`` -> ``"computer mouse"``); else the closest name by
+    (``"Computer_Mouse"`` -> ``"computer mouse"``); then COCO's own name of a class GenEval renamed
+    (``COCO_SPELLINGS``: ``"mouse"`` -> ``"computer mouse"``); else the closest name by
     ``difflib.get_close_matches`` (cutoff 0.8; ``"compter mouse"`` -> ``"computer mouse"``).
     """
     names = list(vocabulary)
@@ -153,6 +162,9 @@ def suggest(word: str, vocabulary: Iterable[str]) -> str | None:
     for name in names:
         if _fold(name) == folded:
             return name
+    renamed = COCO_SPELLINGS.get(folded)
+    if renamed in names:
+        return renamed
     close = difflib.get_close_matches(folded, names, n=1, cutoff=0.8)
     return close[0] if close else None
 

@@ -168,7 +168,10 @@ def test_counts_zero_means_one_and_negative_is_refused():
         ("class", "Computer Mouse", "unknown class 'Computer Mouse' (not one of the 80 COCO classes; "
                                     "did you mean 'computer mouse'?)"),
         ("class", "computer_mouse", "did you mean 'computer mouse'?"),
-        ("class", "mouse", "unknown class 'mouse' (not one of the 80 COCO classes)"),
+        ("class", "mouse", "unknown class 'mouse' (not one of the 80 COCO classes; did you mean 'computer mouse'?)"),
+        ("class", "Remote", "did you mean 'tv remote'?"),
+        ("class", "hotdog", "did you mean 'hot dog'?"),
+        ("class", "unicorn", "unknown class 'unicorn' (not one of the 80 COCO classes)"),
         ("value", "Red", "'Red' is not a color value; did you mean 'red'? (expected one of red, orange"),
         ("value", "teal", "'teal' is not a color value (expected one of"),
     ],
