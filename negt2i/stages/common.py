@@ -119,12 +119,31 @@ def select_requested(
     return np.asarray(sorted(kept), dtype=np.intp), counts
 
 
+def _within_contract(detections: Detections) -> bool:
+    """Whether ``detections`` passes the detector's contract rules (``negt2i.flow.check_detections`` with
+    the default rule config) for its own image size."""
+    from negt2i.failures import StageError
+    from negt2i.flow import check_detections
+
+    try:
+        check_detections(detections, detections.shape_hw)
+    except StageError:
+        return False
+    return True
+
+
 def filter_detections(
     detections: Detections, classes: Collection[str] | None = None, max_per_class: int = 0
 ) -> tuple[Detections, NDArray[np.intp]]:
     """``detections`` reduced to what a class-filtered detector returns (``select_requested``), and the
     original index of each kept detection. Nothing to drop: the same object. Counts a detector already
-    reported (``class_counts``) are kept."""
+    reported (``class_counts``) are kept. An answer that breaks the detector's contract (a class outside
+    the vocabulary, a score below the floor, a box off the image, in any row) is returned unfiltered, so
+    that the caller's contract check reports it instead of the filter hiding it."""
+    if not _within_contract(detections):
+        # Never filter away the evidence of a broken detector: the caller's contract check
+        # (``negt2i.flow.check_detections``) must see the row that breaks it and name the rule.
+        return detections, np.arange(len(detections), dtype=np.intp)
     idx, counts = select_requested(detections.class_names, detections.scores, classes, max_per_class)
     if len(idx) == len(detections):
         return detections, idx

@@ -91,6 +91,30 @@ def test_filter_detections_keeps_masks_and_counts_and_returns_the_original_indic
         Detections(("cup", "cup"), np.array([0.5, 0.5]), np.zeros((2, 4)), masks[:2], (8, 8), {"cup": 1})
 
 
+@pytest.mark.parametrize("fault", ["unicorn", "below-floor", "box-off-image"])
+def test_the_filter_never_hides_a_contract_violation_in_a_row_it_would_drop(fault: str):
+    """A broken row of a class the prompt does not name must still reach the contract check, which names the
+    rule: filtering it away first would let a broken detector pass unnoticed."""
+    masks = np.zeros((2, 8, 8), dtype=bool)
+    masks[:, 2:5, 2:5] = True
+    det = Detections.from_masks(["cup", "dog"], [0.9, 0.8], masks, (8, 8))
+    names, scores, boxes = list(det.class_names), det.scores.copy(), det.xyxy.copy()
+    if fault == "unicorn":
+        names[1] = "unicorn"
+    elif fault == "below-floor":
+        scores[1] = CURRENT.detection.prediction_floor / 2
+    else:
+        boxes[1, 2] = 30.0
+    broken = Detections(tuple(names), scores, boxes, masks, (8, 8))
+    out, idx = filter_detections(broken, ("cup",), 16)
+    assert out is broken and idx.tolist() == [0, 1]
+    rule = {"unicorn": "class-vocabulary", "below-floor": "score-range", "box-off-image": "box-inside-image"}[fault]
+    with pytest.raises(flow.StageError) as err:
+        flow.check_detections(out, (8, 8))
+    assert err.value.rule == rule
+    assert filter_detections(det, ("cup",), 16)[0].class_names == ("cup",)  # a sound answer is filtered
+
+
 # --------------------------------------------------------------------------- prompts and scenes
 
 
