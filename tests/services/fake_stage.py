@@ -14,7 +14,9 @@ import base64
 import io
 import json
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from tests.services.stub_http import StubHandler
 
 
 def main() -> None:
@@ -25,18 +27,7 @@ def main() -> None:
     p.add_argument("--signal", default="", help="a file created when the first POST arrives (tests wait on it)")
     a = p.parse_args()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *_: object) -> None:
-            pass
-
-        def _send(self, status: int, payload: object, ctype: str = "application/json") -> None:
-            body = json.dumps(payload).encode() if ctype == "application/json" else str(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(StubHandler):
         def do_GET(self) -> None:
             if self.path in ("/livez", "/readyz"):
                 self._send(200, "\n", "text/plain")

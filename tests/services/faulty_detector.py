@@ -17,10 +17,12 @@ import argparse
 import base64
 import io
 import json
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Final
 
 import numpy as np
+
+from tests.services.stub_http import StubHandler
 
 FAULTS: Final[dict[str, str]] = {
     "mask-size": "masks one row short of the image",
@@ -109,18 +111,7 @@ def main() -> None:
     if a.lists_binary:
         info["content_types"] = ["application/x-protobuf"]
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *_: object) -> None:
-            pass
-
-        def _send(self, status: int, payload: object, ctype: str = "application/json") -> None:
-            body = json.dumps(payload).encode() if ctype == "application/json" else str(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(StubHandler):
         def do_GET(self) -> None:
             if self.path in ("/livez", "/readyz"):
                 self._send(200, "\n", "text/plain")

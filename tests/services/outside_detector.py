@@ -15,11 +15,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from negt2i.stages.synthetic import SyntheticDetector
 from negt2i.wire import adapter
+from tests.services.stub_http import StubHandler
 
 
 def main() -> None:
@@ -32,18 +33,7 @@ def main() -> None:
     info = adapter.model_info_to_proto(detector.info)  # the same model: verdict lines record the same model info
     features = [adapter.FEATURE_DETECT_CLASSES] if a.mode == "ignoring" else []
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *_: object) -> None:
-            pass
-
-        def _send(self, status: int, payload: Any, ctype: str = "application/json") -> None:
-            body = json.dumps(payload).encode() if ctype == "application/json" else str(payload).encode()
-            self.send_response(status)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(StubHandler):
         def do_GET(self) -> None:
             if self.path in ("/livez", "/readyz"):
                 self._send(200, "\n", "text/plain")
