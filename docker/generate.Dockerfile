@@ -4,13 +4,28 @@
 # gRPC client, for the Indexed Job in k8s/jobs/generate. Build from the repository root:
 # `make image-generate`.
 #
-# Same base as the stage images (torch 2.14.1's CUDA 13.0 wheels carry the CUDA runtime; the
-# CUDA base image contributes the container-toolkit settings). No weights in the image: the
-# Job reads a Hugging Face cache from the weights volume (HF_HOME) with HF_HUB_OFFLINE=1.
+# Its `torch` stage is byte-identical to services/Dockerfile's (tests/k8s/test_dockerfiles.py
+# checks it), so the generate image shares the Python and torch layers with the stage images
+# (torch 2.14.1's CUDA 13.0 wheels carry the CUDA runtime; the CUDA base image contributes the
+# container-toolkit settings). Base images, Python and package mirrors: the same build
+# arguments as services/Dockerfile (docs/deployment.md). No weights in the image: the Job
+# reads a Hugging Face cache from the weights volume (HF_HOME) with HF_HUB_OFFLINE=1.
 
-FROM ghcr.io/astral-sh/uv:0.11.12 AS uv
+ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.11.12
+ARG CUDA_IMAGE=nvidia/cuda:13.0.1-base-ubuntu22.04
 
-FROM nvidia/cuda:13.0.1-base-ubuntu22.04 AS generate
+FROM ${UV_IMAGE} AS uv
+
+# torch 2.14.1's PyPI wheels are the CUDA 13.0 build and carry the CUDA runtime and cuDNN
+# (nvidia-*-cu13 wheels); the CUDA base image of the same CUDA release contributes the
+# container-toolkit settings (NVIDIA_VISIBLE_DEVICES, and the NVIDIA_REQUIRE_CUDA check that
+# refuses a driver older than CUDA 13.0 needs, R580) without a second copy of the libraries.
+# ---- torch: identical in docker/generate.Dockerfile (shared layers) ----
+FROM ${CUDA_IMAGE} AS torch
+
+ARG PYTHON_VERSION=3.11.14
+ARG UV_PYTHON_INSTALL_MIRROR=""
+ARG UV_DEFAULT_INDEX=""
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -23,30 +38,45 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
+# A pinned CPython (python-build-standalone: Ubuntu 22.04 ships 3.10) and the non-root user.
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
-    uv python install 3.11.14 \
-    && uv venv --python 3.11.14 /opt/venv \
+    if [ -z "$UV_PYTHON_INSTALL_MIRROR" ]; then unset UV_PYTHON_INSTALL_MIRROR; fi \
+    && uv python install "$PYTHON_VERSION" \
+    && uv venv --python "$PYTHON_VERSION" /opt/venv \
     && groupadd --gid 10001 negt2i \
-    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin negt2i
+    && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin negt2i \
+    && rm -rf /tmp/* /root/.cache
 
 WORKDIR /app
 
-# Dependency layers: torch first (pinned), then the generate extra (diffusers, accelerate,
-# transformers) and the gRPC client (the serving extra without BentoML), from pyproject.toml
-# and the tested constraints only. bitsandbytes (4-bit presets) is a CUDA-only wheel.
+# torch alone (pinned by pyproject.toml and docker/constraints.txt): the largest layer.
 COPY pyproject.toml docker/requirements.py docker/constraints.txt /build/
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
     --mount=type=cache,target=/root/.cache/uv \
-    python /build/requirements.py --pyproject /build/pyproject.toml --only torch,torchvision models > /build/torch.txt \
-    && python /build/requirements.py --pyproject /build/pyproject.toml --without bentoml generate serving > /build/requirements.txt \
+    if [ -z "$UV_DEFAULT_INDEX" ]; then unset UV_DEFAULT_INDEX; fi \
+    && python /build/requirements.py --pyproject /build/pyproject.toml --only torch,torchvision models > /build/torch.txt \
     && uv pip install -c /build/constraints.txt -r /build/torch.txt \
-    && uv pip install -c /build/constraints.txt -r /build/requirements.txt "bitsandbytes>=0.45"
+    && rm -rf /tmp/*
+# ---- end of the torch stage ----
+
+FROM torch AS generate
+
+# The generate extra (diffusers, accelerate, transformers), the gRPC client (the serving
+# extra without BentoML) and bitsandbytes (4-bit presets; a CUDA-only wheel), all pinned
+# in docker/constraints.txt (checked here).
+RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
+    --mount=type=cache,target=/root/.cache/uv \
+    if [ -z "$UV_DEFAULT_INDEX" ]; then unset UV_DEFAULT_INDEX; fi \
+    && python /build/requirements.py --pyproject /build/pyproject.toml --without bentoml generate serving > /build/requirements.txt \
+    && uv pip install -c /build/constraints.txt -r /build/requirements.txt bitsandbytes \
+    && python /build/requirements.py --check-pinned /build/constraints.txt \
+    && rm -rf /tmp/*
 
 COPY README.md pyproject.toml /src/
 COPY negt2i /src/negt2i
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
     uv pip install --no-deps /src \
-    && rm -rf /src /build
+    && rm -rf /src /build /tmp/*
 COPY data/negt2ibench.jsonl data/negt2ibench.meta.json /app/data/
 
 ENV HOME=/tmp \

@@ -89,11 +89,30 @@ async def set_all(health: Health, statuses: dict[str, int]) -> None:
 
 
 async def watch_health(stages: Any, health: Health, interval_s: float, config: RuleConfig) -> None:
-    """Poll every stage's ``/readyz`` and keep every health name current (see the module docstring)."""
+    """Poll every stage's ``/readyz`` and keep every health name current (see the module docstring).
+
+    A poll that raises (a bug, or an error ``stages.ready`` does not expect) counts that stage as down and is
+    logged, and polling goes on: health never stays SERVING because the poller stopped. The task ends only
+    when cancelled; ``serve`` treats any other end as fatal."""
     last: dict[str, bool] | None = None
+    failing: set[str] = set()
+
+    async def poll(stage: str) -> bool:
+        try:
+            ok = bool(await stages.ready(stage))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if stage not in failing:  # once per failure spell, not every interval
+                log.exception("health: polling the %s stage failed; counted as down", stage)
+            failing.add(stage)
+            return False
+        failing.discard(stage)
+        return ok
+
     while True:
-        states = await asyncio.gather(*(stages.ready(s) for s in STAGES))
-        up = dict(zip(STAGES, (bool(s) for s in states), strict=True))
+        states = await asyncio.gather(*(poll(s) for s in STAGES))
+        up = dict(zip(STAGES, states, strict=True))
         if up != last:
             await set_all(health, health_statuses(up, config))
             down = [s for s in STAGES if not up[s]]

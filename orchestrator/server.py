@@ -515,6 +515,19 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     print(f"orchestrator listening on {settings.host}:{bound}", flush=True)
     watcher = asyncio.create_task(discovery.watch_health(stages, health, settings.health_interval_s, config))
     stop = asyncio.Event()
+    died: list[BaseException] = []
+
+    def watcher_done(task: asyncio.Task[None]) -> None:
+        # the health poller runs until shutdown; if it ends otherwise, health would freeze at its last
+        # status (SERVING with a stage gone): stop the server instead, so the platform restarts it
+        if task.cancelled() and stop.is_set():
+            return
+        exc = None if task.cancelled() else task.exception()
+        died.append(exc or RuntimeError("the health poller ended"))
+        log.critical("the stage health poller ended (%r): stopping the server", died[0], exc_info=exc)
+        stop.set()
+
+    watcher.add_done_callback(watcher_done)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -523,12 +536,15 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     try:
         await stop.wait()
     finally:
+        stop.set()
         await health.enter_graceful_shutdown()
         watcher.cancel()
         await server.stop(grace=5)
         w = stages.wire
         log.info("wire: calls %s, sent %s, received %s bytes", w.calls, w.sent, w.received)
         await stages.close()
+    if died:
+        raise SystemExit(f"orchestrator: the stage health poller ended ({died[0]!r}); see the log")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,11 @@ model call (at most ``max_batch_size`` items; an idle model waits at most ``max_
 admits at most ``max_queue`` items at once: a request beyond that is refused with HTTP 503 at once,
 before anything of it is decoded, so an overload never piles up in memory. ``StageHttpMiddleware`` also
 adds ``GET /info`` and the request size limit (HTTP 413) of the stage contract.
+
+Health means "can answer": an item whose request was cancelled (BentoML's request timeout,
+``NEGT2I_STAGE_TIMEOUT_S``, or a client gone) is dropped before it runs; a model thread that dies, or a model
+call that runs longer than ``NEGT2I_MODEL_HUNG_S`` (default 900 s), turns ``/livez`` and ``/readyz`` to 503
+(the kubelet restarts the pod) and every waiting request gets 503 instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -58,6 +63,18 @@ def service_options(settings: StageSettings) -> dict[str, Any]:
     }
 
 
+def model_hung_s() -> float | None:
+    """``NEGT2I_MODEL_HUNG_S`` (default 900): seconds one model call may run before liveness fails; 0: never."""
+    raw = os.environ.get("NEGT2I_MODEL_HUNG_S", "900")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"NEGT2I_MODEL_HUNG_S must be a number of seconds (0: no limit), got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"NEGT2I_MODEL_HUNG_S must be at least 0 (0: no limit), got {raw!r}")
+    return value or None
+
+
 def load_handler(settings: StageSettings) -> StageHandler:
     """Build the stage backend, run one warm-up item through it and register it for the middleware."""
     handler = StageHandler(settings)
@@ -70,6 +87,22 @@ class Overloaded(Exception):
     """The micro-batcher holds ``max_queue`` items already: the request is refused (HTTP 503)."""
 
 
+class ModelThreadDied(RuntimeError):
+    """The micro-batcher's model thread has ended: nothing will be answered again (HTTP 503; ``/livez`` 503)."""
+
+
+def _settle(fut: concurrent.futures.Future[Any], out: Any) -> None:
+    """Resolve a future taken by the model thread; one cancelled meanwhile (which a future already set running
+    cannot be) is left alone instead of raising ``InvalidStateError`` in the model thread."""
+    try:
+        if isinstance(out, ModelThreadDied):
+            fut.set_exception(out)
+        else:
+            fut.set_result(out)
+    except concurrent.futures.InvalidStateError:
+        pass
+
+
 class MicroBatcher:
     """Merges the items of concurrent requests into one model call, on one thread that owns the model.
 
@@ -79,6 +112,13 @@ class MicroBatcher:
     while the model runs, items queue and the next call takes them at once. ``admit(n)`` reserves room
     for a request's ``n`` items before anything of the request is decoded; with ``max_queue`` items
     admitted, it raises ``Overloaded`` (the request is refused, nothing waits on it).
+
+    An item whose future was cancelled while it waited (the request timed out or went away) is dropped when
+    the model thread takes it (``Future.set_running_or_notify_cancel``): it never runs, and a taken item can
+    no longer be cancelled. An exception from ``run`` is every waiter's answer and the thread lives on; a
+    ``BaseException`` that is not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``) or a bug in the
+    loop itself ends the thread: ``alive()`` turns False, every waiter and every later ``submit`` gets
+    ``ModelThreadDied``. ``alive()`` is False too while one model call has run longer than ``hung_after_s``.
     """
 
     def __init__(
@@ -90,9 +130,12 @@ class MicroBatcher:
         max_queue: int,
         name: str = "batcher",
         on_batch: Callable[[int], None] | None = None,
+        hung_after_s: float | None = None,
     ) -> None:
         if max_batch_size < 1 or max_queue < 1 or max_wait_ms < 0:
             raise ValueError("max_batch_size and max_queue must be at least 1, max_wait_ms at least 0")
+        if hung_after_s is not None and hung_after_s <= 0:
+            raise ValueError("hung_after_s must be above 0 (or None: never)")
         self.run = run
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_ms / 1000.0
@@ -104,6 +147,12 @@ class MicroBatcher:
         """Items through the model so far."""
         self.refused = 0
         """Requests refused as overload so far."""
+        self.dropped = 0
+        """Items dropped before running because their request had been cancelled."""
+        self.error: BaseException | None = None
+        """Why the model thread ended (None while it runs)."""
+        self.hung_after_s = hung_after_s
+        self._busy_since: float | None = None
         self._admitted = 0
         self._pending: collections.deque[tuple[float, Any, concurrent.futures.Future[Any]]] = collections.deque()
         self._cond = threading.Condition()
@@ -131,6 +180,8 @@ class MicroBatcher:
         futures: list[concurrent.futures.Future[Any]] = [concurrent.futures.Future() for _ in inputs]
         now = time.monotonic()
         with self._cond:
+            if self.error is not None:
+                raise ModelThreadDied(self.why_dead())
             self._pending.extend((now, x, f) for x, f in zip(inputs, futures, strict=True))
             self._cond.notify()
         return futures
@@ -141,38 +192,89 @@ class MicroBatcher:
             return []
         return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in self.submit(inputs))))
 
+    def alive(self) -> bool:
+        """The model thread runs, and its current call (if any) has not run longer than ``hung_after_s``."""
+        if self.error is not None or not self._thread.is_alive():
+            return False
+        since = self._busy_since
+        return self.hung_after_s is None or since is None or time.monotonic() - since <= self.hung_after_s
+
+    def why_dead(self) -> str:
+        """Why ``alive()`` is False (empty while it is True)."""
+        if self.error is not None or not self._thread.is_alive():
+            return f"the model thread has died ({self.error!r}); the service must be restarted"
+        since = self._busy_since
+        if self.hung_after_s is not None and since is not None and time.monotonic() - since > self.hung_after_s:
+            return (f"one model call has run for {time.monotonic() - since:.0f} s, above the limit of "
+                    f"{self.hung_after_s:g} s (NEGT2I_MODEL_HUNG_S); the service must be restarted")  # fmt: skip
+        return ""
+
     def _take(self) -> list[tuple[float, Any, concurrent.futures.Future[Any]]]:
+        """The next batch: at most ``max_batch_size`` items whose futures could be set running; cancelled ones
+        are dropped here, so that they never run and nothing is set on them later."""
         with self._cond:
-            while not self._pending:
-                self._cond.wait()
-            deadline = self._pending[0][0] + self.max_wait_s
-            while len(self._pending) < self.max_batch_size:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            n = min(len(self._pending), self.max_batch_size)
-            return [self._pending.popleft() for _ in range(n)]
+            while True:
+                while not self._pending:
+                    self._cond.wait()
+                deadline = self._pending[0][0] + self.max_wait_s
+                while len(self._pending) < self.max_batch_size:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                batch: list[tuple[float, Any, concurrent.futures.Future[Any]]] = []
+                while self._pending and len(batch) < self.max_batch_size:
+                    item = self._pending.popleft()
+                    if item[2].set_running_or_notify_cancel():
+                        batch.append(item)
+                    else:
+                        self.dropped += 1
+                if batch:
+                    return batch
 
     def _loop(self) -> None:
-        while True:
-            batch = self._take()
-            try:
-                outs = self.run([x for _, x, _ in batch])
-                if len(outs) != len(batch):
-                    raise RuntimeError(f"{len(outs)} outputs for {len(batch)} inputs")
-            except BaseException as exc:  # run() answers per item; this is a bug, reported to every waiter
-                log.exception("model batch failed")
-                outs = [exc] * len(batch)
-            self.calls += 1
-            self.items += len(batch)
-            if self.on_batch is not None:
+        try:
+            while True:
+                batch = self._take()
+                self._busy_since = time.monotonic()
                 try:
-                    self.on_batch(len(batch))
-                except Exception:
-                    log.exception("batch metrics failed")
-            for (_, _, fut), out in zip(batch, outs, strict=True):
-                fut.set_result(out)
+                    outs = self.run([x for _, x, _ in batch])
+                    if len(outs) != len(batch):
+                        raise RuntimeError(f"{len(outs)} outputs for {len(batch)} inputs")
+                except Exception as exc:  # run() answers per item; this is a bug, reported to every waiter
+                    log.exception("model batch failed")
+                    outs = [exc] * len(batch)
+                except BaseException as exc:  # SystemExit and the like: this thread ends, its waiters are told
+                    died = ModelThreadDied(f"the model thread has died ({exc!r}); the service must be restarted")
+                    for _, _, fut in batch:
+                        _settle(fut, died)
+                    raise
+                finally:
+                    self._busy_since = None
+                self.calls += 1
+                self.items += len(batch)
+                if self.on_batch is not None:
+                    try:
+                        self.on_batch(len(batch))
+                    except Exception:
+                        log.exception("batch metrics failed")
+                for (_, _, fut), out in zip(batch, outs, strict=True):
+                    _settle(fut, out)
+        except BaseException as exc:
+            self._die(exc)
+
+    def _die(self, exc: BaseException) -> None:
+        """The model thread ends: ``alive()`` turns False and every waiting item gets ``ModelThreadDied``."""
+        log.critical("model thread %s died: %r; /livez answers 503 from now on", self._thread.name, exc,
+                     exc_info=exc)  # fmt: skip
+        with self._cond:
+            self.error = exc
+            waiting = [fut for _, _, fut in self._pending]
+            self._pending.clear()
+        died = ModelThreadDied(self.why_dead())
+        for fut in waiting:
+            if fut.set_running_or_notify_cancel():
+                _settle(fut, died)
 
 
 class _Metrics:
@@ -199,8 +301,9 @@ class StageRuntime:
     and its ``MicroBatcher``.
 
     The HTTP server answers from the start: ``/livez`` 200, ``/readyz`` and ``/info`` 503 until the model
-    is loaded, the stage API 503 ("loading") too. A load that fails turns ``/livez`` to 503, so that the
-    platform restarts the service.
+    is loaded, the stage API 503 ("loading") too. A load that fails, a model thread that dies and a model
+    call that hangs (longer than ``NEGT2I_MODEL_HUNG_S``, default 900 s) turn ``/livez`` and ``/readyz`` to
+    503 and the stage API to 503, so that the platform restarts the service.
     """
 
     def __init__(self, settings: StageSettings) -> None:
@@ -227,6 +330,7 @@ class StageRuntime:
                 max_queue=self.settings.max_queue,
                 name=f"model-{self.settings.stage}",
                 on_batch=self._metrics.batch if self._metrics else None,
+                hung_after_s=model_hung_s(),
             )
             self.handler = handler
             log.info("%s: %s loaded", self.settings.stage, handler.model_info.model)
@@ -235,12 +339,12 @@ class StageRuntime:
             log.exception("%s: loading backend %r failed", self.settings.stage, self.settings.backend)
 
     def ready(self) -> bool:
-        """Loaded and warmed up."""
-        return self.handler is not None and self.handler.ready
+        """Loaded and warmed up, and the model thread can answer."""
+        return self.handler is not None and self.handler.ready and self.batcher is not None and self.batcher.alive()
 
     def alive(self) -> bool:
-        """False once loading failed."""
-        return self.error is None
+        """False once loading failed, the model thread died or a model call hangs."""
+        return self.error is None and (self.batcher is None or self.batcher.alive())
 
     def unavailable(self) -> str:
         """Why the stage cannot answer now (empty when it can)."""
@@ -248,7 +352,7 @@ class StageRuntime:
             return f"the {self.settings.stage} model " + (
                 f"failed to load: {self.error}" if self.error else "is loading"
             )
-        return ""
+        return self.batcher.why_dead()
 
     async def serve(self, items: Sequence[Any]) -> list[Message]:
         """One result message per item (JSON mapping or item message): admitted (or ``Overloaded``), decoded

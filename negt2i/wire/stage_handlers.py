@@ -78,7 +78,8 @@ class StageSettings:
 
     @classmethod
     def from_env(cls, stage: str, env: dict[str, str] | None = None) -> StageSettings:
-        """``NEGT2I_<STAGE>_BACKEND``, ``NEGT2I_DEVICE``, ``NEGT2I_WEIGHTS_DIR``, ``NEGT2I_MAX_PIXELS``,
+        """``NEGT2I_<STAGE>_BACKEND`` (else ``NEGT2I_BACKEND``, else the paper's model), ``NEGT2I_DEVICE``,
+        ``NEGT2I_WEIGHTS_DIR``, ``NEGT2I_MAX_PIXELS``,
         ``NEGT2I_MAX_REQUEST_BYTES``, ``NEGT2I_MAX_BATCH_SIZE``, ``NEGT2I_MAX_WAIT_MS``, ``NEGT2I_MAX_QUEUE``,
         ``NEGT2I_RULES`` (and ``NEGT2I_BACKEND_MODULES``:
         modules imported before the backend is built, to register more backends), ``NEGT2I_DTYPE`` (``fp32``,
@@ -88,7 +89,7 @@ class StageSettings:
         e = dict(os.environ if env is None else env)
         return cls(
             stage=stage,
-            backend=e.get(f"NEGT2I_{stage.upper()}_BACKEND") or DEFAULT_BACKENDS[stage],
+            backend=e.get(f"NEGT2I_{stage.upper()}_BACKEND") or e.get("NEGT2I_BACKEND") or DEFAULT_BACKENDS[stage],
             device=e.get("NEGT2I_DEVICE", "auto"),
             weights_dir=e.get("NEGT2I_WEIGHTS_DIR") or None,
             max_pixels=int(e.get("NEGT2I_MAX_PIXELS", adapter.DEFAULT_MAX_PIXELS)),

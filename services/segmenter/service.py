@@ -26,11 +26,11 @@ class Segmenter:
         self.runtime = StageRuntime(SETTINGS)  # loads the model on a thread; the server answers meanwhile
 
     def __is_ready__(self) -> bool:
-        """Ready once the model is loaded and warmed up (BentoML's /readyz answers 503 until then)."""
+        """Ready once the model is loaded and warmed up, while its model thread answers (else /readyz 503)."""
         return self.runtime.ready()
 
     def __is_alive__(self) -> bool:
-        """Dead once loading the model failed (BentoML's /livez answers 503)."""
+        """Dead once loading failed, the model thread died or a model call hangs (/livez 503)."""
         return self.runtime.alive()
 
     @bentoml.api(route="/segment")

@@ -14,7 +14,7 @@ import pytest
 from negt2i.stages.synthetic import SceneObject, SyntheticSegmenter, render_scene, shape_mask
 from negt2i.wire import adapter
 from negt2i.wire.stage_handlers import StageHandler, StageSettings
-from services.common import MicroBatcher, Overloaded
+from services.common import MicroBatcher, ModelThreadDied, Overloaded
 
 
 class Recorder:
@@ -88,6 +88,96 @@ def test_a_model_that_raises_answers_every_waiter():
     outs = [f.result(timeout=5) for f in batcher.submit([1, 2])]
     assert all(isinstance(o, RuntimeError) for o in outs)
     assert batcher.submit([3])[0].result(timeout=5).args == ("bug",)  # the thread lives on
+
+
+def test_a_cancelled_item_is_dropped_before_it_runs_and_the_thread_lives_on():
+    """A request cancelled while its item waits (BentoML's timeout cancels the future through
+    ``asyncio.wrap_future``) is never run, nothing is set on its future, and the next item is answered."""
+    model = Recorder()
+    batcher = MicroBatcher(model, max_batch_size=4, max_wait_ms=300, max_queue=8)
+    (gone,) = batcher.submit([1])
+    assert gone.cancel()  # still waiting for company: cancellable
+    kept = batcher.submit([2])[0]
+    assert kept.result(5) == 4
+    assert model.batches == [[2]] and batcher.dropped == 1 and gone.cancelled()
+    assert batcher.alive() and batcher.submit([3])[0].result(5) == 6
+
+
+def test_an_item_being_run_can_no_longer_be_cancelled_and_gets_its_answer():
+    started = threading.Event()
+
+    def slow(inputs: list[int]) -> list[int]:
+        started.set()
+        time.sleep(0.3)
+        return [2 * x for x in inputs]
+
+    batcher = MicroBatcher(slow, max_batch_size=4, max_wait_ms=0, max_queue=8)
+    (running,) = batcher.submit([5])
+    assert started.wait(5)
+    assert not running.cancel()  # set running when the model thread took it
+    assert running.result(5) == 10 and batcher.alive()
+
+
+async def _cancelled_by_a_timeout(batcher: MicroBatcher) -> None:
+    import asyncio
+
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(batcher.process([1, 2]), 0.05)  # what BentoML's request timeout does
+
+
+def test_items_of_a_request_cancelled_by_asyncio_timeouts_never_kill_the_model_thread():
+    import asyncio
+
+    model = Recorder(delay_s=0.1)
+    batcher = MicroBatcher(model, max_batch_size=2, max_wait_ms=200, max_queue=8)
+    for _ in range(3):
+        asyncio.run(_cancelled_by_a_timeout(batcher))
+    time.sleep(0.4)
+    assert batcher.alive()
+    assert asyncio.run(batcher.process([7, 8])) == [14, 16]
+
+
+def test_a_model_thread_that_dies_fails_every_waiter_and_turns_not_alive():
+    release = threading.Event()
+
+    def fatal(inputs: list[int]) -> list[int]:
+        release.wait(5)
+        if 13 in inputs:
+            raise SystemExit("injected")
+        return [2 * x for x in inputs]
+
+    batcher = MicroBatcher(fatal, max_batch_size=1, max_wait_ms=0, max_queue=8, name="model-test")
+    (doomed,) = batcher.submit([13])
+    (queued,) = batcher.submit([1])  # waits behind the fatal call
+    assert batcher.alive()
+    release.set()
+    with pytest.raises(ModelThreadDied, match="SystemExit"):
+        doomed.result(5)
+    with pytest.raises(ModelThreadDied, match="must be restarted"):
+        queued.result(5)
+    assert not batcher.alive() and "model thread has died" in batcher.why_dead()
+    with pytest.raises(ModelThreadDied):
+        batcher.submit([2])
+
+
+def test_a_model_call_that_hangs_turns_not_alive_until_it_returns():
+    release = threading.Event()
+
+    def stuck(inputs: list[int]) -> list[int]:
+        release.wait(10)
+        return inputs
+
+    batcher = MicroBatcher(stuck, max_batch_size=1, max_wait_ms=0, max_queue=8, hung_after_s=0.2)
+    (fut,) = batcher.submit([1])
+    time.sleep(0.05)
+    assert batcher.alive() and batcher.why_dead() == ""
+    time.sleep(0.3)
+    assert not batcher.alive() and "above the limit of 0.2 s" in batcher.why_dead()
+    release.set()
+    assert fut.result(5) == 1
+    assert batcher.alive()
+    with pytest.raises(ValueError, match="hung_after_s"):
+        MicroBatcher(stuck, max_batch_size=1, max_wait_ms=0, max_queue=1, hung_after_s=0)
 
 
 class CountingSegmenter(SyntheticSegmenter):
