@@ -75,7 +75,7 @@ STAGES := detector segmenter attributes depth
 IMAGE_TARGETS := $(addprefix image-,$(STAGES) orchestrator)
 DOCKER_BUILD = DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION)
 
-.PHONY: images push $(IMAGE_TARGETS) image-generate k8s k8s-render k8s-test constraints
+.PHONY: images push $(IMAGE_TARGETS) image-generate k8s k8s-render k8s-test constraints container-test container-test-kube
 
 images: $(IMAGE_TARGETS)
 
@@ -110,6 +110,19 @@ k8s-render: setup
 		out=build/k8s/$$(echo $${d#k8s/} | tr / - | sed 's/-$$//').yaml; \
 		$(BIN)/kubectl kustomize $$d > $$out && echo $$out || exit 1; \
 	done
+
+# The stack in its own images (docs/deployment.md "Container tests"): builds the stage and orchestrator
+# images with the targets above through `docker` (Docker, or podman's docker shim: DOCKER=podman also
+# works), runs them on a private network (read-only roots, uid 10001), checks parity with `negt2i
+# evaluate` and two detector swaps, and removes what it created. Not part of `make test`: the builds
+# take minutes and ~7 GB per stage image. KEEP_IMAGES=1 keeps the images for a faster rerun.
+container-test: setup
+	$(BIN)/python -m tests.containers.stack
+
+# The manifests themselves (k8s/overlays/cpu-dev) through `podman kube play` with a test overlay: synthetic
+# backends, a 127.0.0.1 host port per Deployment, network aliases for the Services; parity again. Needs podman.
+container-test-kube: setup
+	$(BIN)/python -m tests.containers.kube
 
 # Render + strict schema validation + policies + hadolint (also part of `make unit`).
 k8s-test: setup
