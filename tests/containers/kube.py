@@ -25,6 +25,7 @@ import copy
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -50,9 +51,16 @@ from tests.containers.stack import (
     wait_health,
     wait_http,
 )
-from tests.services.live import free_port
 
 OVERLAY = "k8s/overlays/cpu-dev"
+
+
+def free_port() -> int:
+    """A port the kernel hands out on 127.0.0.1 (its ephemeral range: never the fixed ranges the test suite's
+    services use, ``tests.services.live.free_port``, which may run beside this)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def render() -> list[dict[str, Any]]:
@@ -146,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                 path = tmp / f"{name}.yaml"
                 path.write_text(yaml.safe_dump_all(files[name]["objects"]))
                 played.append(path)
-                docker("kube", "play", "--network", f"{network}:alias={name}", str(path), timeout=600)
+                play(docker, network, name, path)
             for stage in STAGES:
                 url = f"http://127.0.0.1:{files[stage]['ports'][3000]}"
                 pod = f"{prefix}-{stage}-pod-0"
@@ -183,6 +191,21 @@ def main(argv: list[str] | None = None) -> int:
             docker("volume", "rm", "-f", volume, check=False)
         log(f"removed {len(played)} pods, {len(volumes)} volumes")
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def play(docker: Docker, network: str, name: str, path: Path) -> None:
+    """``podman kube play`` of one Deployment with its network alias. podman 4.3 sometimes fails to remove a
+    finished init container it still sees running ("failed to remove once init container"): that pod is
+    played again (``--replace``), at most twice more."""
+    for attempt in range(3):
+        try:
+            docker("kube", "play", *(["--replace"] if attempt else []), "--network", f"{network}:alias={name}",
+                   str(path), timeout=600)  # fmt: skip
+            return
+        except Failed as exc:
+            if "remove once init container" not in str(exc) or attempt == 2:
+                raise
+            log(f"  {name}: podman's init-container race, playing it again")
 
 
 def pod_logs(docker: Docker, pod: str) -> str:
