@@ -196,16 +196,17 @@ def main(argv: list[str] | None = None) -> int:
 def play(docker: Docker, network: str, name: str, path: Path) -> None:
     """``podman kube play`` of one Deployment with its network alias. podman 4.3 sometimes fails to remove a
     finished init container it still sees running ("failed to remove once init container"): that pod is
-    played again (``--replace``), at most twice more."""
-    for attempt in range(3):
+    played again (``--replace``) after a pause, at most three more times."""
+    for attempt in range(4):
         try:
             docker("kube", "play", *(["--replace"] if attempt else []), "--network", f"{network}:alias={name}",
                    str(path), timeout=600)  # fmt: skip
             return
         except Failed as exc:
-            if "remove once init container" not in str(exc) or attempt == 2:
+            if "remove once init container" not in str(exc) or attempt == 3:
                 raise
             log(f"  {name}: podman's init-container race, playing it again")
+            time.sleep(10)
 
 
 def pod_logs(docker: Docker, pod: str) -> str:
