@@ -7,9 +7,31 @@
 # reason (its build imports torch) and without its optional CUDA extension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3.11}
-if ! command -v "$PY" >/dev/null 2>&1; then
-    echo "setup: $PY not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+# Python 3.11, 3.12 or 3.13 (pyproject's requires-python): PYTHON, else the first of python3.11, python3.12,
+# python3.13 on PATH. torch==2.14.1 comes from wherever pip finds a wheel for that Python (a local wheel store
+# through pip's find-links / extra index, else PyPI: cp311, cp312 and cp313 wheels exist there).
+if [ -n "${PYTHON:-}" ]; then
+    PY=$PYTHON
+else
+    PY=""
+    for candidate in python3.11 python3.12 python3.13; do
+        if "$candidate" -c pass >/dev/null 2>&1; then  # runs (a pyenv shim of an inactive version does not)
+            PY=$candidate
+            break
+        fi
+    done
+    if [ -z "$PY" ]; then
+        echo "setup: no python3.11, python3.12 or python3.13 on PATH; install one or set PYTHON=/path/to/python3.X" >&2
+        exit 1
+    fi
+fi
+if ! "$PY" -c pass >/dev/null 2>&1; then
+    echo "setup: $PY not found (or does not run); install Python 3.11, 3.12 or 3.13 or set PYTHON=/path/to/python3.X" >&2
+    exit 1
+fi
+if ! "$PY" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else 1)'; then
+    echo "setup: $PY is Python $("$PY" -c 'import platform; print(platform.python_version())'); this project" \
+        "supports 3.11, 3.12 and 3.13 (set PYTHON=/path/to/python3.X)" >&2
     exit 1
 fi
 
@@ -43,6 +65,14 @@ setup_node() {
 }
 setup_node
 
+if [ -x .venv/bin/python ] && [ -n "${PYTHON:-}" ]; then
+    want=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    have=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if [ "$want" != "$have" ]; then
+        echo "setup: .venv is Python $have, PYTHON=$PY is $want; remove .venv (make clean) to switch" >&2
+        exit 1
+    fi
+fi
 stamp_key=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 stamp=.venv/.setup-$stamp_key
 if [ -f "$stamp" ]; then
