@@ -153,6 +153,7 @@ def geneval_jobs(root: Path, warn: Callable[[str], None] | None = None) -> list[
     stray = [p.name for p in entries if not p.is_dir()]
     if stray:
         warn(f"{root}: ignoring files outside prompt folders: {', '.join(stray[:5])}{' ...' if len(stray) > 5 else ''}")
+    empty: list[str] = []
     for folder in (p for p in entries if p.is_dir()):
         samples_dir = folder / "samples"
         samples = sorted(p for p in samples_dir.iterdir() if _visible(p)) if samples_dir.is_dir() else []
@@ -161,12 +162,22 @@ def geneval_jobs(root: Path, warn: Callable[[str], None] | None = None) -> list[
             warn(f"{samples_dir}: ignoring {len(linked)} links out of the image folder (e.g. {linked[0].name})")
             samples = [p for p in samples if p not in set(linked)]
         if not samples:
-            warn(f"{folder}: no images under samples/")
+            empty.append(folder.name)
             continue
         prompt, error, pid = _read_metadata(folder, real_root)
         for path, sample in zip(samples, _sample_indices(samples), strict=True):
             filename = path.relative_to(root).as_posix()
             jobs.append(Job(filename, path, sample, prompt, error, pid))
+    folders = len(empty) + len({j.filename.split("/", 1)[0] for j in jobs})
+    if not jobs:  # said once, not once per folder (an interrupted generate leaves thousands)
+        what = f"none of its {folders} prompt folders has" if folders else "it has no prompt folders with"
+        raise EvaluateError(
+            f"{root}: no images to evaluate: {what} images under samples/ (GenEval layout: "
+            "NNNNN/metadata.jsonl + NNNNN/samples/*.png)"
+        )
+    if empty:
+        shown = ", ".join(empty[:3]) + (" ..." if len(empty) > 3 else "")
+        warn(f"{root}: {len(empty)} of {folders} prompt folders have no images under samples/ ({shown})")
     return jobs
 
 
