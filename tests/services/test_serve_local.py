@@ -52,8 +52,8 @@ def test_an_external_detector_is_not_started_but_used(tmp_path: Path) -> None:
 
 
 def test_help_lists_every_variable_the_script_reads() -> None:
-    out = subprocess.run(["bash", "scripts/serve_local.sh", "--help"], check=False, cwd=REPO, capture_output=True, text=True,
-                         timeout=30)  # fmt: skip
+    out = subprocess.run(["bash", "scripts/serve_local.sh", "--help"], check=False, cwd=REPO,
+                         capture_output=True, text=True, timeout=30)  # fmt: skip
     assert out.returncode == 0
     script = (REPO / "scripts" / "serve_local.sh").read_text()
     import re
@@ -75,8 +75,8 @@ def test_a_busy_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
         busy = held.getsockname()[1]
         env = base_env(tmp_path, {"NEGT2I_LOG_DIR": str(tmp_path / "logs"), "NEGT2I_PORT_BASE": str(free_port()),
                                   "NEGT2I_PORT": str(busy), "PYTHON": sys.executable})  # fmt: skip
-        out = subprocess.run(["bash", "scripts/serve_local.sh"], check=False, cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=60)  # fmt: skip
+        out = subprocess.run(["bash", "scripts/serve_local.sh"], check=False, cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 1
     assert f"port {busy} for the orchestrator (NEGT2I_PORT) is already in use" in out.stderr
     assert not list((tmp_path / "logs").glob("*.log"))
@@ -87,8 +87,8 @@ def test_no_serving_within_the_timeout_is_an_error(tmp_path: Path) -> None:
     env = base_env(tmp_path, {"NEGT2I_LOG_DIR": str(logs), "NEGT2I_PORT_BASE": str(free_port()),
                               "NEGT2I_PORT": str(free_port()), "NEGT2I_SERVE_TIMEOUT": "0", "PYTHON": sys.executable,
                               "BENTOML": str(Path(sys.executable).parent / "bentoml")})  # fmt: skip
-    out = subprocess.run(["bash", "scripts/serve_local.sh"], check=False, cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=120, start_new_session=True)  # fmt: skip
+    out = subprocess.run(["bash", "scripts/serve_local.sh"], check=False, cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120, start_new_session=True)  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr
     assert "did not report SERVING within 0 s (NEGT2I_SERVE_TIMEOUT)" in out.stderr
     assert "SERVING:" not in out.stdout
