@@ -84,9 +84,11 @@ def test_a_busy_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
 
 def test_no_serving_within_the_timeout_is_an_error(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    env = base_env(tmp_path, {"NEGT2I_LOG_DIR": str(logs), "NEGT2I_PORT_BASE": str(free_port()),
-                              "NEGT2I_PORT": str(free_port()), "NEGT2I_SERVE_TIMEOUT": "0", "PYTHON": sys.executable,
-                              "BENTOML": str(Path(sys.executable).parent / "bentoml")})  # fmt: skip
+    # Every stage external (nowhere): only the orchestrator starts, and it cannot be SERVING within 0 s.
+    stages = ("DETECTOR", "SEGMENTER", "ATTRIBUTES", "DEPTH")
+    nowhere = {f"NEGT2I_{stage}_URL": "http://127.0.0.1:9" for stage in stages}
+    env = base_env(tmp_path, {**nowhere, "NEGT2I_LOG_DIR": str(logs), "NEGT2I_PORT": str(free_port()),
+                              "NEGT2I_SERVE_TIMEOUT": "0", "PYTHON": sys.executable})  # fmt: skip
     out = subprocess.run(["bash", "scripts/serve_local.sh"], check=False, cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120, start_new_session=True)  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr
