@@ -29,9 +29,7 @@ def test_the_page_names_every_url_file_and_published_hash():
             assert published in text
 
 
-def test_recording_hand_fetched_files_makes_them_verified(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-):
+def test_recording_hand_fetched_files_makes_them_verified(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     folder = tmp_path / "sam2.1-hiera-small"
     folder.mkdir()
     (folder / "sam2.1_hiera_small.pt").write_bytes(b"weights by hand")
