@@ -417,6 +417,7 @@ def _cv2() -> Any:
         import cv2
     except ModuleNotFoundError:  # pragma: no cover - depends on the installed extras
         raise ModuleNotFoundError(
-            "mask post-processing needs OpenCV: pip install 'negt2ibench[models]' (opencv-python-headless)"
+            "mask post-processing needs OpenCV: from the repository root, pip install '.[demo]' or '.[models]' "
+            "(opencv-python-headless)"
         ) from None
     return cv2

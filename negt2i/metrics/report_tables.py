@@ -90,9 +90,9 @@ def category_label(category: str) -> str:
 
 
 def pct(v: float | None, digits: int = 1) -> str:
-    """A fraction as a percentage string, ``-`` for missing / undefined."""
+    """A fraction as a percentage string, ``n/a`` for missing / undefined (a cell without images)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
+        return "n/a"
     return f"{100 * v:.{digits}f}"
 
 
