@@ -18,6 +18,16 @@ from tests.services.live import REPO, base_env, free_port
 pytestmark = pytest.mark.xdist_group("services")
 
 
+def stage_port_base() -> int:
+    """A NEGT2I_PORT_BASE whose stage ports (base+1..base+4) were all free a moment ago and are reserved for
+    this test: on a shared machine other runs' services sit in the same range, and the script (rightly)
+    refuses a busy port."""
+    while True:
+        ports = [free_port() for _ in range(4)]
+        if ports == list(range(ports[0], ports[0] + 4)):
+            return ports[0] - 1
+
+
 def test_an_external_detector_is_not_started_but_used(tmp_path: Path) -> None:
     fake_port = free_port()
     fake = subprocess.Popen([sys.executable, "-m", "tests.services.faulty_detector", str(fake_port)], cwd=REPO,
@@ -26,7 +36,7 @@ def test_an_external_detector_is_not_started_but_used(tmp_path: Path) -> None:
     port = free_port()
     bentoml = str(Path(sys.executable).parent / "bentoml")
     env = base_env(tmp_path, {"NEGT2I_DETECTOR_URL": f"http://127.0.0.1:{fake_port}", "NEGT2I_LOG_DIR": str(logs),
-                              "NEGT2I_PORT_BASE": str(free_port()), "NEGT2I_PORT": str(port),
+                              "NEGT2I_PORT_BASE": str(stage_port_base()), "NEGT2I_PORT": str(port),
                               "PYTHON": sys.executable, "BENTOML": bentoml})  # fmt: skip
     script = subprocess.Popen(["bash", "scripts/serve_local.sh"], cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
@@ -73,7 +83,7 @@ def test_a_busy_port_is_named_and_nothing_starts(tmp_path: Path) -> None:
         held.bind(("127.0.0.1", 0))
         held.listen()
         busy = held.getsockname()[1]
-        env = base_env(tmp_path, {"NEGT2I_LOG_DIR": str(tmp_path / "logs"), "NEGT2I_PORT_BASE": str(free_port()),
+        env = base_env(tmp_path, {"NEGT2I_LOG_DIR": str(tmp_path / "logs"), "NEGT2I_PORT_BASE": str(stage_port_base()),
                                   "NEGT2I_PORT": str(busy), "PYTHON": sys.executable})  # fmt: skip
         out = subprocess.run(["bash", "scripts/serve_local.sh"], check=False, cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=60)  # fmt: skip
