@@ -70,6 +70,12 @@ GRPC: list[dict[str, Any]] = [
      "field": "request"},
     {"kind": "empty message", "via": "grpc", "raw": b"", "expect": "INVALID_ARGUMENT", "field": "prompt_source"},
     _g("request_id of 300 characters", GOOD_PROMPT, request_id={"$str": ["r", 300]}, field="request_id"),
+    _g("request_id with CR LF (a forged log line)", GOOD_PROMPT, request_id="a\r\n2026-01-01 INFO forged",
+       field="request_id: control character U+000D"),
+    _g("request_id with NUL", GOOD_PROMPT, request_id="a\x00b", field="request_id: control character U+0000"),
+    _g("request_id with ESC (a terminal sequence)", GOOD_PROMPT, request_id="\x1b[31mred",
+       field="request_id: control character U+001B"),
+    _g("request_id with a line separator", GOOD_PROMPT, request_id="a\u2028b", field="request_id"),
     _g("message above the gRPC size limit", GOOD_PROMPT, image="$oversize_message", expect="RESOURCE_EXHAUSTED",
        field="image.data: message of"),
     # the prompt source

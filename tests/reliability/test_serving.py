@@ -132,6 +132,19 @@ def test_health_answers_within_100ms_while_saturated(rel_orchestrator: Proc) -> 
     assert p90 < 0.1 and latencies[-1] < 1.0, f"median {statistics.median(latencies):.3f} s, p90 {p90:.3f} s"
 
 
+def test_health_stays_fast_while_clients_stream_worst_case_headers(rel_orchestrator: Proc) -> None:
+    """Valid JPEGs of 1 MB (the image limit here) made of 260,000 empty APP segments: reading their size walks
+    every segment (Pillow: about 1.5 s each). A stream of 2 such images; every health check meanwhile answers
+    within 1 s, because the orchestrator's event loop never parses image data (admission reads the header on a
+    worker thread; benchmarks/bench_health_latency.py measures it at the default 24 MiB limit)."""
+    from benchmarks.bench_health_latency import health_under_load, worst_case_jpeg
+
+    image = worst_case_jpeg(1_000_000)
+    latencies = health_under_load(rel_orchestrator.target, image, streams=1, items=2, timeout=120)
+    assert len(latencies) >= 5, "the load ended before health was measured"
+    assert max(latencies) < 1.0, f"health latencies {sorted(latencies)[-5:]}"
+
+
 # --------------------------------------------------------------------------- TLS and the token
 
 
