@@ -145,6 +145,51 @@ def test_health_stays_fast_while_clients_stream_worst_case_headers(rel_orchestra
     assert max(latencies) < 1.0, f"health latencies {sorted(latencies)[-5:]}"
 
 
+def test_hundreds_of_cancelled_streams_leave_the_orchestrator_serving(rel_urls: dict[str, str], rel_tmp: Path) -> None:
+    """240 streams (4 items each, half of them depth prompts) cancelled at random moments, 40 at a time, against
+    an orchestrator that refuses what it cannot admit at once (NEGT2I_MAX_WAITING=0): afterwards every stage is
+    SERVING and an item is judged within seconds (issue 31: cancelled stage calls used to leave the detector's
+    connection pool full for good, tests/orchestrator/test_stage_pool.py has the mechanism)."""
+    import asyncio
+    import random
+
+    from negt2i.wire.v1 import evaluator_pb2_grpc
+
+    orch = start_orchestrator(rel_urls, rel_tmp, env={"NEGT2I_MAX_WAITING": "0", "NEGT2I_STAGE_CONCURRENCY": "4"})
+    try:
+        assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
+        prompt = parse_prompt(PROMPT)
+        color = parse_prompt({"id": "c", "category": "color", "prompt": "a photo of a non-red cup",
+                              "include": [{"class": "cup"}],
+                              "statements": [{"kind": "attribute", "object": 0, "value": "red",
+                                              "polarity": "negated"}]})  # fmt: skip
+        reqs = [make_request(images()["$png"], prompt=prompt if i % 2 else color, request_id=str(i)) for i in range(4)]
+        rng = random.Random(1)
+
+        async def churn() -> None:
+            async with grpc.aio.insecure_channel(orch.target) as channel:
+                stub = evaluator_pb2_grpc.EvaluatorStub(channel)
+
+                async def one() -> None:
+                    call = stub.EvaluateStream(iter(reqs))
+                    await asyncio.sleep(rng.random() * 0.4)
+                    call.cancel()
+
+                for _ in range(6):
+                    await asyncio.gather(*(one() for _ in range(40)))
+
+        asyncio.run(churn())
+        assert wait_health(orch.target, "SERVING", timeout=5) == "SERVING", orch.tail()
+        with EvaluatorClient(orch.target, attempts=3) as client:
+            for stage in ("detector", "segmenter", "attributes", "depth"):
+                assert client.health(f"negt2i.v1.Evaluator/stage/{stage}") == "SERVING"
+            start = time.monotonic()
+            result = client.evaluate(images()["$png"], prompt=prompt, timeout=10)
+            assert result.verdict is not None and time.monotonic() - start < 10
+    finally:
+        orch.kill()
+
+
 # --------------------------------------------------------------------------- TLS and the token
 
 
