@@ -190,6 +190,53 @@ def test_hundreds_of_cancelled_streams_leave_the_orchestrator_serving(rel_urls: 
         orch.kill()
 
 
+def test_submit_fails_within_seconds_when_nothing_listens(demo: tuple[Path, Path], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    root, _ = demo
+    start = time.monotonic()
+    code = main(["submit", str(root), "--orchestrator", f"127.0.0.1:{free_port()}", "--out", str(tmp_path / "o.jsonl"),
+                 "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3 and time.monotonic() - start < 15, err
+    assert "nothing listens at 127.0.0.1:" in err and "connection refused" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_submit_waits_only_for_the_categories_its_images_need(
+    rel_urls: dict[str, str], rel_tmp: Path, tmp_path: Path
+) -> None:
+    """The segmenter is unreachable (nothing listens at its URL): category/color stays SERVING and a folder of
+    colour prompts is submitted and judged in full (docs/services.md, "Health"); a folder that also has
+    relation prompts gets their items back as UNAVAILABLE, fast, while its colour prompts are judged."""
+    from negt2i.stages.demo_data import demo_entries
+    from negt2i.stages.synthetic import write_geneval_layout
+
+    entries = list(demo_entries(12, 2, 3, 64))
+    color = tmp_path / "color"
+    write_geneval_layout(color, [e for e in entries if e[0]["category"] == "color"])
+    mixed = tmp_path / "mixed"
+    write_geneval_layout(mixed, [e for e in entries if e[0]["category"] in ("color", "directional")])
+    urls = {**rel_urls, "segmenter": f"http://127.0.0.1:{free_port()}"}
+    orch = start_orchestrator(urls, rel_tmp)
+    try:
+        assert wait_health(orch.target, "NOT_SERVING", timeout=60) == "NOT_SERVING", orch.tail()  # it answers
+        out = tmp_path / "color.jsonl"
+        args = ["--orchestrator", orch.target, "--no-progress", "--wait", "60"]
+        assert main(["submit", str(color), "--out", str(out), *args]) == 0
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), rows
+        assert "segmenter" not in rows[0]["models"] and "attributes" in rows[0]["models"]
+        start = time.monotonic()
+        out = tmp_path / "mixed.jsonl"
+        args[-1] = "3"  # category/directional will not serve: its images are answered UNAVAILABLE at once
+        assert main(["submit", str(mixed), "--out", str(out), *args, "--attempts", "2"]) == 1
+        assert time.monotonic() - start < 60
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == 4 and {r["category"] for r in rows} == {"color"}
+    finally:
+        orch.kill()
+
+
 # --------------------------------------------------------------------------- TLS and the token
 
 
@@ -255,7 +302,8 @@ def secure(rel_urls: dict[str, str], rel_tmp: Path) -> Iterator[tuple[Proc, dict
         orch.kill()
 
 
-def test_mutual_tls_and_token(secure: tuple[Proc, dict[str, Path]], demo: tuple[Path, Path], tmp_path: Path) -> None:
+def test_mutual_tls_and_token(secure: tuple[Proc, dict[str, Path]], demo: tuple[Path, Path], tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     orch, certs = secure
     tls = Tls(str(certs["ca"]), str(certs["client_crt"]), str(certs["client_key"]))
     prompt = parse_prompt(PROMPT)
@@ -270,6 +318,13 @@ def test_mutual_tls_and_token(secure: tuple[Proc, dict[str, Path]], demo: tuple[
             assert time.monotonic() < end, orch.tail()
             time.sleep(0.2)
         assert client.evaluate(images()["$png"], prompt=prompt).verdict is not None
+    # negt2i submit names a TLS mismatch at once (it used to wait and say "not SERVING after 60 s")
+    for extra, needle in (([], "may require TLS (pass --tls-ca)"), (["--tls-ca", str(certs["ca"])], "TLS")):
+        start = time.monotonic()
+        code = main(["submit", str(demo[0]), "--orchestrator", orch.target, "--out", str(tmp_path / "x.jsonl"),
+                     "--no-progress", *extra])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 3 and needle in err and time.monotonic() - start < 15, err
     for kwargs, code in (
         ({"tls": tls, "token": ""}, "UNAUTHENTICATED"),  # no token
         ({"tls": tls, "token": "wrong"}, "UNAUTHENTICATED"),
