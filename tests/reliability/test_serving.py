@@ -440,3 +440,57 @@ def test_idle_connections_do_not_lock_a_stage_out(rel_stages: dict[str, Proc]) -
     finally:
         for s in socks:
             s.close()
+
+
+def test_connections_per_peer_are_bounded(rel_stages: dict[str, Proc]) -> None:
+    """One peer opening more than NEGT2I_MAX_CONNECTIONS_PER_PEER (128) connections: the ones beyond are closed
+    at once; once it lets go, the stage answers as usual."""
+    from services.http_guard import DEFAULT_MAX_CONNECTIONS_PER_PEER
+
+    proc = rel_stages["attributes"]
+    socks = []
+    try:
+        for _ in range(DEFAULT_MAX_CONNECTIONS_PER_PEER + 8):
+            socks.append(socket.create_connection(("127.0.0.1", proc.port), timeout=5))
+        time.sleep(0.2)
+        closed = 0
+        for s in socks[-20:]:  # within a second: before any keep-alive or header timeout could close them
+            s.settimeout(0.03)
+            try:
+                closed += s.recv(16) == b""
+            except OSError:  # still open: nothing to read
+                pass
+        assert closed >= 8, f"{closed} of the last 20 connections closed"
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(0.3)
+    assert httpx.get(f"{proc.url}/readyz", timeout=10, trust_env=False).status_code == 200
+
+
+def test_info_is_served_past_the_request_cap(rel_tmp: Path) -> None:
+    """A stage with a request cap of 4 (NEGT2I_STAGE_MAX_CONCURRENCY) and 6 connections holding a request open
+    (headers sent, the body trickling): the API answers 429 (busy), but GET /info answers 200 like /readyz, so
+    the orchestrator's health poll does not take the busy stage for a dead one."""
+    from tests.services.live import start_stage, wait_ready
+
+    proc = start_stage("depth", rel_tmp, env={"NEGT2I_STAGE_MAX_CONCURRENCY": "4", "NEGT2I_BODY_TIMEOUT_S": "20"})
+    socks = []
+    try:
+        wait_ready(proc)
+        head = (b"POST /depth HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n{\"items\": [")  # fmt: skip
+        for _ in range(6):
+            s = socket.create_connection(("127.0.0.1", proc.port), timeout=10)
+            s.sendall(head)
+            socks.append(s)
+        time.sleep(0.5)
+        with httpx.Client(trust_env=False, timeout=10) as client:
+            assert client.post(f"{proc.url}/depth", json={"items": []}).status_code == 429
+            assert client.get(f"{proc.url}/readyz").status_code == 200
+            r = client.get(f"{proc.url}/info")
+            assert r.status_code == 200 and r.json()["model"]["stage"] == "depth", r.text
+    finally:
+        for s in socks:
+            s.close()
+        proc.kill()
