@@ -181,9 +181,12 @@ def unreachable(target: str, exc: Exception | None, tls: Tls | None, waited: flo
         return f"the TLS handshake with {target} failed: {hint} ({cut})"
     if "connection refused" in low:
         return f"nothing listens at {target} (connection refused): start the orchestrator or check --orchestrator"
-    if tls is None and any(k in low for k in ("socket closed", "connection reset", "end of tcp stream", "eof")):
-        return (f"{target} closed the connection while it was being set up: the server may require TLS "
-                f"(pass --tls-ca) ({cut})")  # fmt: skip
+    if any(k in low for k in ("socket closed", "connection reset", "end of tcp stream", "eof")):
+        if tls is None:
+            return (f"{target} closed the connection while it was being set up: the server may require TLS "
+                    f"(pass --tls-ca) ({cut})")  # fmt: skip
+        return (f"{target} closed the TLS connection while it was being set up: the server may require a client "
+                f"certificate (--tls-cert / --tls-key) or not trust this one, or not speak TLS ({cut})")  # fmt: skip
     return f"no answer from the orchestrator at {target} within {waited:.0f} s ({cut or 'no connection'})"
 
 
