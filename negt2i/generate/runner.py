@@ -442,6 +442,7 @@ def generate(
                     "model_id": spec.model,
                     **effective,
                     "guidance_arg": spec.guidance_arg,
+                    "guidance_in_effect": {**spec.guidance_record(), "scale": effective["guidance"]},
                     "resolution": [spec.width, spec.height],
                     "image_size": list(image.size),
                     "dtype": spec.dtype,
