@@ -131,7 +131,9 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         served: dict[str, common_pb2.StageService] = {"detector": detector}
         # the flow's checks and judging (distance transforms over whole masks) run on a worker thread,
         # never on the event loop
-        req = await asyncio.to_thread(flow.begin, prompt, det, hw, self.config)
+        req = await asyncio.to_thread(
+            functools.partial(flow.begin, complete=request.include_perception), prompt, det, hw, self.config
+        )
         calls: dict[str, Any] = {}
         if req.refine is not None:
             calls["refined"] = self.stages.segment(data, req.refine.boxes, req.refine.reference_masks, hw, deadline)

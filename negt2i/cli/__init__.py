@@ -33,6 +33,8 @@ COMMANDS: tuple[str, ...] = (
     "negt2i.cli.conformance_cmd",
     "negt2i.cli.backends_cmd",
     "negt2i.cli.generate_cmd",
+    "negt2i.cli.calibrate_cmd",
+    "negt2i.cli.ablate_cmd",
 )
 
 
