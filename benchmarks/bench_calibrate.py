@@ -23,12 +23,12 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from negt2i.ablate import VARIANTS, variant_config  # noqa: E402
-from negt2i.calibrate import with_values  # noqa: E402
-from negt2i.cli import main as cli  # noqa: E402
-from negt2i.config import CURRENT, PREVIOUS  # noqa: E402
-from negt2i.rejudge import load_saved  # noqa: E402
-from negt2i.stages.demo_data import write_demo  # noqa: E402
+from negt2i.ablate import VARIANTS, variant_config
+from negt2i.calibrate import with_values
+from negt2i.cli import main as cli
+from negt2i.config import CURRENT, PREVIOUS
+from negt2i.rejudge import load_saved
+from negt2i.stages.demo_data import write_demo
 
 
 def main() -> int:
@@ -51,8 +51,10 @@ def main() -> int:
         run = load_saved([res])
         load = time.perf_counter() - t0
         n = len(run.images)
-        print(f"demo: {n} images of {args.prompts} prompts at {args.size} px; models + judging once {perceive:.2f} s;"
-              f" side file loaded in {load:.2f} s ({(d / 'r.perception.jsonl').stat().st_size / 1e6:.1f} MB)")  # fmt: skip
+        print(
+            f"demo: {n} images of {args.prompts} prompts at {args.size} px; models + judging once {perceive:.2f} s;"
+            f" side file loaded in {load:.2f} s ({(d / 'r.perception.jsonl').stat().st_size / 1e6:.1f} MB)"
+        )
 
         def time_kind(label: str, configs: list, *, objects_only: bool) -> None:  # type: ignore[type-arg]
             t = time.perf_counter()

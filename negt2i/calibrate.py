@@ -25,32 +25,34 @@ attributes  color: ``attributes.color_beta`` 0-2 / 0.1;                  ``state
 ``--grid PATH=START:STOP:STEP`` (or ``PATH=V1,V2,...``) replaces a parameter's grid. The labelled images are
 split once (``--holdout`` fraction, seeded): the search sees only the fit split; the held-out split reports
 kappa and agreement, with percentile bootstrap intervals over images (``negt2i.metrics.bootstrap``), for
-the fitted values and for the paper's. Kappa is ``sklearn.metrics.cohen_kappa_score``; it is undefined
-(reported as null) when labels and decisions are both constant.
+the fitted values and for the paper's. Kappa comes from ``negt2i.metrics.stats`` (tested against
+``sklearn.metrics.cohen_kappa_score``); it is undefined (reported as null) when labels and decisions are
+both constant.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
 import os
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
+from numpy.typing import ArrayLike, NDArray
 
 from negt2i import __version__
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.labels import Labels
 from negt2i.metrics.bootstrap import percentile_interval
-from negt2i.metrics.stats import resample_weights
+from negt2i.metrics.stats import binary_scores, confusion, resample_weights
 from negt2i.rejudge import SavedImage, SavedRun, check_config, detector_id, same_detector
+from negt2i.rules import select_instances
 from negt2i.verdict import Verdict
 from negt2i.vocab import Category
 
@@ -109,7 +111,7 @@ def grid_values(spec: GridSpec | Sequence[float]) -> tuple[float, ...]:
         start, stop, step = (float(v) for v in spec)
         if step <= 0 or stop < start:
             return ()
-        n = int(math.floor((stop - start) / step + 1e-9)) + 1
+        n = math.floor((stop - start) / step + 1e-9) + 1
         return tuple(round(start + k * step, 10) for k in range(n))
     return tuple(float(v) for v in spec)
 
@@ -168,28 +170,19 @@ def element_outcomes(verdict: Verdict, elements: Sequence[str]) -> list[bool]:
     return out
 
 
-def kappa(reference: NDArray[np.bool_], decision: NDArray[np.bool_], weights: NDArray[np.float64] | None = None) -> float:
-    """Cohen's kappa (``sklearn.metrics.cohen_kappa_score``); NaN when it is undefined (no variation)."""
-    from sklearn.metrics import cohen_kappa_score
-
-    ref = np.asarray(reference, dtype=bool)
-    dec = np.asarray(decision, dtype=bool)
-    if ref.size == 0:
+def kappa(reference: NDArray[np.bool_], decision: NDArray[np.bool_], weights: ArrayLike | None = None) -> Any:
+    """Cohen's kappa, NaN where undefined (p_e = 1: no variation); ``weights`` (n,) or bootstrap counts (B, n)
+    give one value per row. ``negt2i.metrics.stats`` (checked against ``sklearn.metrics.cohen_kappa_score``)."""
+    if np.asarray(reference).size == 0:
         return float("nan")
-    w = None if weights is None else np.asarray(weights, dtype=np.float64)
-    sel = slice(None) if w is None else w > 0
-    if np.unique(ref[sel]).size == 1 and np.unique(dec[sel]).size == 1:
-        return float("nan")  # p_e = 1: kappa is 0 / 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return float(cohen_kappa_score(ref, dec, labels=[False, True], sample_weight=w))
+    return binary_scores(**confusion(reference, decision, weights))["kappa"]
 
 
-def agreement(reference: NDArray[np.bool_], decision: NDArray[np.bool_], weights: NDArray[np.float64] | None = None) -> float:
-    eq = (np.asarray(reference, bool) == np.asarray(decision, bool)).astype(np.float64)
-    if eq.size == 0:
+def agreement(reference: NDArray[np.bool_], decision: NDArray[np.bool_], weights: ArrayLike | None = None) -> Any:
+    """The share of elements where decision and reference agree (weighted like ``kappa``)."""
+    if np.asarray(reference).size == 0:
         return float("nan")
-    return float(np.average(eq, weights=weights)) if weights is not None and weights.sum() > 0 else float(eq.mean())
+    return binary_scores(**confusion(reference, decision, weights))["accuracy"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -201,11 +194,31 @@ class Scored:
     """Per image, the labelled elements a block scores."""
     reference: NDArray[np.bool_]
     image_of: NDArray[np.intp]
+    memo: list[dict[Any, list[bool]]] = field(default_factory=list)
+    kept: list[list[NDArray[np.float32]]] = field(default_factory=list)
 
     def decisions(self, config: RuleConfig, *, objects_only: bool) -> NDArray[np.bool_]:
+        """Each labelled element's outcome under ``config``. Objects only (presence and counting), an image's
+        outcomes depend on the thresholds only through how many of each object's kept scores reach each of
+        them (``select_instances`` compares scores with thresholds and nothing else), so the judge runs once
+        per distinct count signature of an image (floor, cap and suppression are the base config's)."""
+        if objects_only and not self.kept:
+            for im in self.images:
+                scores = im.perception.detections.scores
+                self.kept.append([scores[list(select_instances(im.perception.detections, o.class_name, o.count,
+                                                               config).kept)] for o in im.prompt.objects])  # fmt: skip
+                self.memo.append({})
         out: list[bool] = []
-        for im, els in zip(self.images, self.elements, strict=True):
-            out += element_outcomes(im.judge(config, objects_only=objects_only), els)
+        det = config.detection
+        for k, (im, els) in enumerate(zip(self.images, self.elements, strict=True)):
+            if objects_only:
+                key = tuple((int((s >= det.presence_threshold).sum()), int((s >= det.count_threshold).sum()))
+                            for s in self.kept[k])  # fmt: skip
+                if key not in self.memo[k]:
+                    self.memo[k][key] = element_outcomes(im.judge(config, objects_only=True), els)
+                out += self.memo[k][key]
+            else:
+                out += element_outcomes(im.judge(config), els)
         return np.asarray(out, dtype=bool)
 
 
@@ -248,15 +261,15 @@ def summary(
     if n_resamples > 0 and n_images > 0:
         _, w = resample_weights(n_images, n_resamples, np.random.default_rng(seed))
         ew = w[:, image_of]
-        ka = np.array([kappa(ref, dec, ew[b]) for b in range(n_resamples)])
-        ag = np.array([agreement(ref, dec, ew[b]) for b in range(n_resamples)])
+        ka = np.asarray(kappa(ref, dec, ew), dtype=np.float64)
+        ag = np.asarray(agreement(ref, dec, ew), dtype=np.float64)
         out["kappa_interval"] = [_num(v) for v in percentile_interval(ka, confidence)]
         out["agreement_interval"] = [_num(v) for v in percentile_interval(ag, confidence)]
     return out
 
 
-def _num(v: float) -> float | None:
-    return None if v is None or not math.isfinite(v) else round(float(v), 6)
+def _num(v: Any) -> float | None:
+    return None if v is None or not math.isfinite(float(v)) else round(float(v), 6)
 
 
 # --------------------------------------------------------------------------- the search
@@ -306,7 +319,7 @@ def search_block(
         except ValueError as exc:
             raise CalibrationError(f"{block.name}: grid point {values} is not a valid config: {exc}") from None
         dec = fit.decisions(config, objects_only=objects_only)
-        kp = kappa(fit.reference, dec)
+        kp = float(kappa(fit.reference, dec))
         key = (-(kp if math.isfinite(kp) else -math.inf), _closeness(values, grid), k)
         if best is None or key < best:
             best = key
@@ -336,7 +349,7 @@ def split_images(images: Sequence[str], holdout: float, seed: int) -> tuple[set[
         raise CalibrationError(f"--holdout must be in [0, 1), got {holdout}")
     names = sorted(images)
     order = np.random.default_rng(seed).permutation(len(names))
-    n_out = int(round(holdout * len(names)))
+    n_out = round(holdout * len(names))
     if holdout > 0 and (n_out == 0 or n_out == len(names)):
         raise CalibrationError(
             f"{len(names)} labelled images cannot be split with --holdout {holdout} (each split needs an image)"
@@ -390,13 +403,15 @@ def calibrate(
     if unknown or not fits:
         raise CalibrationError(f"--fit must name one or more of {', '.join(FITS)}, got {list(fits)}")
     if labels.form == "coco" and set(fits) - {"detection"}:
-        raise CalibrationError("COCO object ground truth labels objects only: it can fit detection, not "
-                               f"{', '.join(sorted(set(fits) - {'detection'}))} (use human element labels)")  # fmt: skip
+        raise CalibrationError(
+            "COCO object ground truth labels objects only: it can fit detection, not "
+            f"{', '.join(sorted(set(fits) - {'detection'}))} (use human element labels)"
+        )
     check_detector(run, base_source)
     check_config(run, base)
     full_grid = {p: grid_values(spec) for p, spec in DEFAULT_GRID.items()}
-    for p, values in (grid or {}).items():
-        full_grid[p] = tuple(values)
+    for p, given in (grid or {}).items():
+        full_grid[p] = tuple(given)
     blocks = [b for b in BLOCKS if b.fit in fits]
     if any(b.name == "depth" for b in blocks) and base.depth.rule != "facing_surfaces":
         blocks = [b if b.name != "depth" else Block("depth", "relations", ("depth.base_margin",), Category.DEPTH)
@@ -415,9 +430,10 @@ def calibrate(
         fit_set = scored(fit_images, labels, b)
         if fit_set.reference.size == 0:
             continue  # no labelled element of this block: its parameters keep the base values
-        values, fit_scores, tried = search_block(
-            b, fit_set, base, full_grid, progress=(lambda k, n, b=b: progress(b.name, k, n)) if progress else None
-        )
+        report: Callable[[int, int], None] | None = None
+        if progress is not None:
+            report = functools.partial(progress, b.name)
+        values, fit_scores, tried = search_block(b, fit_set, base, full_grid, progress=report)
         paper = {p: paper_value(p) for p in b.params}
         paper_fit = fit_set.decisions(with_values(base, paper), objects_only=b.category is None)
         fit_scores = {"fitted": fit_scores, "paper": {"kappa": _num(kappa(fit_set.reference, paper_fit)),
@@ -472,9 +488,8 @@ def calibrate(
     return Calibration(config, provenance, results)
 
 
-def write_rules(calibration: Calibration, out: str | Path) -> Path:
-    """Write the rules file whole (a temporary file renamed into place). An existing file is replaced only when
-    it is itself a ``negt2i calibrate`` output; any other file is user data and is refused."""
+def check_out(out: str | Path) -> None:
+    """Refuse an existing ``--out`` that ``negt2i calibrate`` did not write (user data); checked before any work."""
     path = Path(out)
     if path.exists():
         try:
@@ -484,6 +499,13 @@ def write_rules(calibration: Calibration, out: str | Path) -> Path:
         made_here = isinstance(prior, dict) and (prior.get("provenance") or {}).get("tool") == "negt2i calibrate"
         if not made_here:
             raise CalibrationError(f"{path} exists and was not written by negt2i calibrate: not replacing it")
+
+
+def write_rules(calibration: Calibration, out: str | Path) -> Path:
+    """Write the rules file whole (a temporary file renamed into place). An existing file is replaced only when
+    it is itself a ``negt2i calibrate`` output; any other file is user data and is refused."""
+    path = Path(out)
+    check_out(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(json.dumps(calibration.rules_file(), indent=2) + "\n", encoding="utf-8")

@@ -125,7 +125,8 @@ class RuleConfig(_Frozen):
 
     def values(self) -> dict[str, Any]:
         """Every constant (the name excluded) as JSON; a constant that does not apply (``None``) is left out."""
-        return _drop_none(self.model_dump(mode="json", exclude={"name"}))
+        values: dict[str, Any] = _drop_none(self.model_dump(mode="json", exclude={"name"}))
+        return values
 
     def digest(self) -> str:
         """A short, stable hash of every constant (the name excluded)."""

@@ -114,7 +114,9 @@ def read_coco(path: str | Path, run: SavedRun) -> Labels:
         raise LabelsError(f"{p}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise LabelsError(f"{p}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("images", "annotations", "categories")):
+    if not isinstance(data, dict) or not all(
+        isinstance(data.get(k), list) for k in ("images", "annotations", "categories")
+    ):
         raise LabelsError(f"{p}: a COCO file needs the lists images, annotations and categories")
     vocab = set(COCO_CLASSES)
     categories: dict[int, str] = {}
@@ -125,7 +127,8 @@ def read_coco(path: str | Path, run: SavedRun) -> Labels:
             raise LabelsError(f"{p}: category {c!r} needs an integer id and a name") from None
         if name not in vocab:
             raise LabelsError(
-                f"{p}: category {cid} {name!r} is not a COCO class in the benchmark's spelling (negt2i.vocab.COCO_CLASSES)"
+                f"{p}: category {cid} {name!r} is not a COCO class in the benchmark's spelling "
+                "(negt2i.vocab.COCO_CLASSES)"
             )
         categories[cid] = name
     files: dict[int, str] = {}

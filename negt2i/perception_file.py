@@ -90,7 +90,11 @@ def perception_record(
 def encode_array(values: NDArray[np.floating]) -> dict[str, Any]:
     """A float32 (H, W) map as ``{"dtype", "shape", "zlib_base64"}`` (little-endian, row-major; exact)."""
     arr = np.ascontiguousarray(values, dtype="<f4")
-    return {"dtype": "float32", "shape": list(arr.shape), "zlib_base64": base64.b64encode(zlib.compress(arr.tobytes(), 6)).decode()}
+    return {
+        "dtype": "float32",
+        "shape": list(arr.shape),
+        "zlib_base64": base64.b64encode(zlib.compress(arr.tobytes(), 6)).decode(),
+    }
 
 
 def decode_array(record: Mapping[str, Any], shape_hw: tuple[int, int]) -> NDArray[np.float32]:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from negt2i.config import RuleConfig
+from negt2i.geometry import MaskStats
 from negt2i.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
 from negt2i.perception_file import SavedPerception, decode, default_path, read_perception
 from negt2i.spec import Prompt, SpecError, parse_prompt
@@ -45,6 +46,8 @@ class SavedImage:
     prompt: Prompt
     perception: ImagePerception
     line: Mapping[str, Any]
+    masks: dict[tuple[int, bool], MaskStats] = field(default_factory=dict, repr=False)
+    """Mask measurements shared by every re-judging of this image (``judge(mask_cache=)``)."""
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -58,7 +61,7 @@ class SavedImage:
         """The verdict under ``config`` (``objects_only``: presence and counting alone, statements skipped)."""
         prompt = self.prompt.model_copy(update={"statements": (), "probes": ()}) if objects_only else self.prompt
         try:
-            return judge(prompt, self.perception, config)
+            return judge(prompt, self.perception, config, mask_cache=self.masks)
         except (PerceptionError, ValueError) as exc:
             raise RejudgeError(
                 f"{self.filename}: the saved perception cannot be judged with rules {config.name!r}: {exc} (save it "
@@ -176,7 +179,10 @@ def load_saved(results: Sequence[str | Path], perception: Sequence[str | Path] |
             if not p.is_file():
                 hint = " (evaluate with --save-perception)" if what == "perception file" else ""
                 raise RejudgeError(f"{p}: {what} not found{hint}")
-        sources += [{"path": str(res_p), "sha256": file_sha256(res_p)}, {"path": str(side_p), "sha256": file_sha256(side_p)}]
+        sources += [
+            {"path": str(res_p), "sha256": file_sha256(res_p)},
+            {"path": str(side_p), "sha256": file_sha256(side_p)},
+        ]
         try:
             stored = read_perception(side_p)
         except ValueError as exc:

@@ -67,9 +67,8 @@ def _labels_from(run_path: Path, out: Path, flip: int = 0) -> Path:
         v = im.judge(CURRENT)
         elements = [(f"object:{o.index}", o.ok) for o in v.objects]
         elements += [(f"statement:{s.index}", s.passed != (s.polarity.value == "negated")) for s in v.statements]
-        for e, yes in elements:
-            if k < flip and e == "object:0":
-                yes = not yes
+        for e, ok in elements:
+            yes = ok != (k < flip and e == "object:0")
             rows += [{"image": im.filename, "element": e, "annotator": a, "answer": "yes" if yes else "no"}
                      for a in ("a1", "a2", "a3")]  # fmt: skip
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -104,9 +103,24 @@ def test_ablate_writes_table_17(runs: dict[str, Any], tmp_path: Path) -> None:
 def test_ablate_refuses_rules_fitted_for_another_detector(runs: dict[str, Any], tmp_path: Path, capsys) -> None:
     """A rules file calibrated on the noisy detector's perception cannot stand in for the main detector's."""
     fitted = tmp_path / "noisy.json"
-    argv = ["calibrate", "--results", str(runs["alt"]), "--labels", str(runs["truth"]), "--fit", "detection",
-            "--out", str(fitted), "--bootstrap", "0", "--no-progress",
-            "--grid", "detection.presence_threshold=0.1,0.3", "--grid", "detection.count_threshold=0.3,0.5"]  # fmt: skip
+    argv = [
+        "calibrate",
+        "--results",
+        str(runs["alt"]),
+        "--labels",
+        str(runs["truth"]),
+        "--fit",
+        "detection",
+        "--out",
+        str(fitted),
+        "--bootstrap",
+        "0",
+        "--no-progress",
+        "--grid",
+        "detection.presence_threshold=0.1,0.3",
+        "--grid",
+        "detection.count_threshold=0.3,0.5",
+    ]
     assert main(argv) == 0
     labels = _labels_from(runs["main"], tmp_path / "labels.jsonl")
     out = tmp_path / "ablation"

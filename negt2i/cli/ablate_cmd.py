@@ -19,7 +19,9 @@ def register(sub: Any) -> None:
     p.add_argument("--labels", required=True, help="human element labels (JSONL / CSV, as negt2i agreement)")
     p.add_argument("--main", nargs="+", metavar="RESULTS", help="results files of the main detector (C5-C8)")
     p.add_argument("--alt", nargs="+", metavar="RESULTS", help="results files of the alternative detector (C1-C4)")
-    p.add_argument("--main-rules", default="current", help="the main detector's rules (preset or file; default current)")
+    p.add_argument(
+        "--main-rules", default="current", help="the main detector's rules (preset or file; default current)"
+    )
     p.add_argument("--alt-rules", default="current", help="the alternative detector's rules (default current)")
     p.add_argument("--current", default="current", help="the 'current' relation constants (default the preset)")
     p.add_argument("--previous", default="previous", help="the 'previous' relation constants (default the preset)")

@@ -28,7 +28,9 @@ def register(sub: Any) -> None:
     p.add_argument("--labels-form", choices=("auto", "human", "coco"), default="auto", help="default: by content")
     p.add_argument("--fit", required=True, nargs="+", choices=FITS, help="what to fit")
     p.add_argument("--out", required=True, help="the rules file to write (JSON)")
-    p.add_argument("--base", default="current", help="rules the fitted values replace (preset or file; default current)")
+    p.add_argument(
+        "--base", default="current", help="rules the fitted values replace (preset or file; default current)"
+    )
     p.add_argument("--name", help="the fitted rules' name (default fitted-<fit>-<detector>)")
     p.add_argument(
         "--grid",
@@ -50,12 +52,13 @@ def _fmt(v: Any) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from negt2i.calibrate import CalibrationError, calibrate, parse_grid, write_rules
+    from negt2i.calibrate import CalibrationError, calibrate, check_out, parse_grid, write_rules
     from negt2i.config import load_config
     from negt2i.labels import read
     from negt2i.rejudge import load_saved
 
     try:
+        check_out(args.out)
         grid = dict(parse_grid(g) for g in args.grid)
         base = load_config(args.base)
         run = load_saved(args.results, args.perception)

@@ -100,7 +100,13 @@ def demo_entries(
 
 
 def write_demo(
-    root: str | Path, prompts: int = 12, samples: int = 4, seed: int = 0, size: int = 128, *, coco: str | Path | None = None
+    root: str | Path,
+    prompts: int = 12,
+    samples: int = 4,
+    seed: int = 0,
+    size: int = 128,
+    *,
+    coco: str | Path | None = None,
 ) -> list[Path]:
     """Write a GenEval-layout folder; returns the image paths in job order. ``coco``: also write the scenes'
     synthetic truth as COCO instances JSON (``negt2i calibrate --labels``): one annotation per drawn object,
@@ -128,13 +134,22 @@ def write_coco_truth(path: str | Path, truth: list[tuple[str, list[SceneObject]]
     from negt2i.vocab import COCO_CLASSES
 
     cat_id = {name: k + 1 for k, name in enumerate(COCO_CLASSES)}
-    images, annotations = [], []
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
     for i, (name, objs) in enumerate(truth, start=1):
         images.append({"id": i, "file_name": name, "height": size, "width": size})
         for o in objs:
             x0, y0, x1, y1 = o.box
-            annotations.append({"id": len(annotations) + 1, "image_id": i, "category_id": cat_id[o.class_name],
-                                "bbox": [x0, y0, x1 - x0, y1 - y0], "area": (x1 - x0) * (y1 - y0), "iscrowd": 0})  # fmt: skip
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": i,
+                    "category_id": cat_id[o.class_name],
+                    "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "area": (x1 - x0) * (y1 - y0),
+                    "iscrowd": 0,
+                }
+            )
     data = {"images": images, "annotations": annotations,
             "categories": [{"id": k, "name": n} for n, k in cat_id.items()]}  # fmt: skip
     out = Path(path)

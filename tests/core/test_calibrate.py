@@ -121,7 +121,9 @@ def test_human_labels_majority_per_element_fit_a_relation(tmp_path: Path) -> Non
         items.append(Item(name, prompt, perception(["cup", "dog"], [a, b], [0.9, 0.9]), {}))
         near = gap < 0.6 * (400 / np.pi) ** 0.5
         for ann, answer in (("a1", near), ("a2", near), ("a3", not near)):
-            rows.append({"image": name, "element": "statement:0", "annotator": ann, "answer": "yes" if answer else "no"})
+            rows.append(
+                {"image": name, "element": "statement:0", "annotator": ann, "answer": "yes" if answer else "no"}
+            )
             rows.append({"image": name, "element": "object:0", "annotator": ann, "answer": "yes"})
     results = write_run(tmp_path, items)
     labels = tmp_path / "labels.jsonl"

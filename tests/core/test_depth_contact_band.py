@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from negt2i.config import CURRENT, PREVIOUS, DepthConfig, RuleConfig, load_config
-from negt2i.rules import measure_depth, measure_depth_contact_band, rim
+from negt2i.config import CURRENT, PREVIOUS, DepthConfig, load_config
 from negt2i.geometry import mask_stats
+from negt2i.rules import measure_depth, measure_depth_contact_band, rim
 from negt2i.vocab import CONVERSE
 
 from .helpers import rect
@@ -131,7 +131,7 @@ def test_presets_name_their_depth_rule_and_the_current_digest_is_unchanged() -> 
 
 
 def test_band_constants_only_with_the_contact_band(tmp_path: object) -> None:
-    with pytest.raises(ValidationError, match="apply only to depth.rule = 'contact_band'"):
+    with pytest.raises(ValidationError, match=r"apply only to depth\.rule = 'contact_band'"):
         DepthConfig(band_width=10.0)
     assert DepthConfig(rule="contact_band").min_band_pixels == 20
     assert load_config("previous") is PREVIOUS
