@@ -73,7 +73,10 @@ def _run(args: argparse.Namespace) -> int:
             return
         if k == n or k - shown.get(block, 0) >= max(1, n // 10):
             shown[block] = k
-            print(f"\r{block}: {k}/{n} candidates", end="\n" if k == n else "", file=sys.stderr, flush=True)
+            if sys.stderr.isatty():  # one line, rewritten in place
+                print(f"\r{block}: {k}/{n} candidates", end="\n" if k == n else "", file=sys.stderr, flush=True)
+            else:
+                print(f"{block}: {k}/{n} candidates", file=sys.stderr, flush=True)
 
     try:
         result = calibrate(
