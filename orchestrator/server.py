@@ -155,7 +155,8 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             stages=[served[s] for s in STAGES if s in served],
         )
         if request.include_perception:  # RLE-encodes every mask: on a worker thread, never on the event loop
-            response.perception.CopyFrom(await asyncio.to_thread(adapter.perception_to_proto, perception))
+            packed = await asyncio.to_thread(adapter.perception_to_proto, perception, self.stages.depth_encoding)
+            response.perception.CopyFrom(packed)
         return response
 
     async def _admit(self, request: Any, deadline: float) -> Any:
