@@ -5,7 +5,8 @@ directional, proximity and comparative constants with Table 16's and uses Table 
 *depth* rule, the contact band (12 px band, at least 20 rim or contact pixels). The paper
 gives only those two constants, so ``negt2i.rules.measure_depth_contact_band`` is this
 project's reading of it (its docstring says which parts are ours); the ``depth.rule`` field
-names the rule so that results always say which one produced them.
+names the rule so that results always say which one produced them. ``geneval`` takes
+GenEval's published constants where they map onto ours (``GENEVAL``).
 
 Every verdict records the config it was judged with (name, digest and values).
 """
@@ -157,7 +158,22 @@ PREVIOUS = RuleConfig(
 """Table 16: the directional, proximity and comparative constants and the contact-band depth rule (the
 ablation's "previous constants")."""
 
-PRESETS: dict[str, RuleConfig] = {"current": CURRENT, "previous": PREVIOUS}
+GENEVAL = RuleConfig(
+    name="geneval",
+    detection=DetectionConfig(presence_threshold=0.3, count_threshold=0.9, per_class_cap=16, overlap_iou=1.0),
+    masks=MaskConfig(refine=False),
+    attributes=AttributeConfig(color_beta=0.0),
+    directional=DirectionalConfig(extent_margin=0.10, axis_threshold=0.50),
+)
+"""GenEval's published constants (its ``evaluation/evaluate_images.py``) where they map onto ours:
+``threshold`` 0.3 -> presence threshold; ``counting_threshold`` 0.9 -> count threshold (GenEval applies
+it to counting prompts only, and to nothing else; we count every prompt's instances at it); ``max_objects``
+16 -> per-class cap; ``max_overlap`` 1.0 -> no overlap suppression; ``position_threshold`` 0.1 and its fixed
+0.5 axis cut -> directional extent margin and axis threshold; top-1 colour -> colour buffer 0; boxes, not
+SAM masks -> no refinement (we measure the detector's masks, GenEval its boxes). What does not map is listed
+in docs/rules.md ("The geneval preset")."""
+
+PRESETS: dict[str, RuleConfig] = {"current": CURRENT, "previous": PREVIOUS, "geneval": GENEVAL}
 
 
 STAGE_RULES: dict[str, tuple[str, ...]] = {
