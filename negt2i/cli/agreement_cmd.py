@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from negt2i.metrics.agreement import ABSENT_RULES, LOO_TIES
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -25,6 +27,20 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument(
+        "--absent-objects",
+        choices=ABSENT_RULES,
+        default="unsatisfied",
+        help="a judge's statement about an object it calls absent: unsatisfied (Appendix B.2, default) or "
+        "independent (each element on its own, success by omission)",
+    )
+    p.add_argument(
+        "--loo-tie",
+        choices=LOO_TIES,
+        default="unsatisfied",
+        help="inter-annotator score: a tie among the other annotators (1-1 with m = 3) counts as unsatisfied "
+        "(strict majority, default) or satisfied",
+    )
     p.set_defaults(func=_run)
 
 
@@ -39,6 +55,8 @@ def _run(args: argparse.Namespace) -> int:
             n_resamples=args.bootstrap,
             seed=args.seed,
             confidence=args.confidence,
+            absent_objects=args.absent_objects,
+            loo_tie=args.loo_tie,
         )
         written = write_agreement(result, args.out)
     except ValueError as exc:

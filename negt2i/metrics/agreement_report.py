@@ -36,15 +36,21 @@ def run_agreement(
     n_resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    absent_objects: str = "unsatisfied",
+    loo_tie: str = "unsatisfied",
 ) -> dict[str, Any]:
-    """Read the inputs, run ``analyze``, attach provenance (files with SHA-256, configs, stage models) and warnings."""
+    """Read the inputs, run ``analyze``, attach provenance (files with SHA-256, configs, stage models) and warnings.
+
+    ``absent_objects``: the judge scoring rule (``negt2i.metrics.agreement.ABSENT_RULES``); ``loo_tie``: the
+    leave-one-out tie rule (``LOO_TIES``)."""
     rows = [row for path in results for row in iter_rows(path)]
     provenance = Provenance()
     for row in rows:
         provenance.update(row)
     judge_rows = [j for path in judges for j in read_judges(path)]
-    study = build_study(read_labels(labels), rows, judge_rows)
-    out = analyze(study, n_resamples=n_resamples, seed=seed, confidence=confidence)
+    study = build_study(read_labels(labels), rows, judge_rows, absent_objects=absent_objects)
+    out = analyze(study, n_resamples=n_resamples, seed=seed, confidence=confidence, loo_tie=loo_tie)
+    out["judge_scoring"] = {"absent_objects": absent_objects}
     out["warnings"] = list(out["warnings"]) + provenance.warnings("results")
     out["generated_by"] = f"negt2i agreement (negt2i {__version__})"
     out["inputs"] = {
@@ -224,6 +230,14 @@ def render_agreement_markdown(a: dict[str, Any]) -> str:
     parts += [f"- judges: {j['path']} (sha256 {j['sha256'][:16]})" for j in inp["judges"]]
     parts += [f"- rule config {c['name']} (digest {c['digest']}, {c['lines']} lines)" for c in inp["configs"]]
     parts += [f"- {m['stage']}: {m['model']} ({m['lines']} lines)" for m in inp["models"]]
+    rule = a.get("judge_scoring", {}).get("absent_objects", "unsatisfied")
+    parts.append(
+        f"- judge scoring: statements of an object the judge calls absent are {rule}"
+        + (" (Appendix B.2)" if rule == "unsatisfied" else " (scored on their own: success by omission)")
+    )
+    parts.append(
+        f"- leave-one-out ties (a 1-1 split of the other two annotators) count as {a.get('leave_one_out_tie', 'unsatisfied')}"
+    )
     parts += ["", "## Warnings", ""]
     parts += [f"- {w}" for w in a["warnings"]] or ["- none"]
     parts += ["", "## Tables", ""]

@@ -80,11 +80,12 @@ def test_image_level_binary_and_rank_agreement_match_sklearn_and_scipy(rows: lis
     assert out["human_accept_rate"] == 0.25 and out["annotators_per_image"] == 3
 
 
-def _loo_reference(sat: np.ndarray, image_of: np.ndarray, n_images: int) -> float:
+def _loo_reference(sat: np.ndarray, image_of: np.ndarray, n_images: int, tie_satisfied: bool = False) -> float:
     kappas = []
     for s in range(sat.shape[1]):
         held = sat[:, s]
-        ref = np.delete(sat, s, axis=1).mean(axis=1) > 0.5
+        others = np.delete(sat, s, axis=1).sum(axis=1)
+        ref = (others == 2) | ((others == 1) & tie_satisfied)  # m = 3: two others; 1-1 is the tie
         held_img = [all(held[image_of == i]) for i in range(n_images)]
         ref_img = [all(ref[image_of == i]) for i in range(n_images)]
         kappas.append(cohen_kappa_score(ref_img, held_img))
@@ -103,6 +104,19 @@ def test_leave_one_out_fleiss_and_unanimous_on_raw_answers(rows: list[ImageRow])
     objects = out["element_level"]["objects"]
     assert objects["n"] == 4 and objects["evaluators"][OURS]["satisfied"] == 1.0  # 2 satisfied, both found
     assert objects["evaluators"][OURS]["unsatisfied"] == 0.5  # of 2 unsatisfied, ours rejects one
+
+
+def test_the_leave_one_out_tie_rule_is_an_option(rows: list[ImageRow]) -> None:
+    """A 1-1 split between the two other annotators: unsatisfied by default (strict majority), satisfied on request."""
+    study = build_study(_labels(), rows)
+    strict = analyze(study, n_resamples=20)
+    lenient = analyze(study, n_resamples=20, loo_tie="satisfied")
+    assert strict["leave_one_out_tie"] == "unsatisfied" and lenient["leave_one_out_tie"] == "satisfied"
+    expected = _loo_reference(study.satisfied, study.element_image, 4, tie_satisfied=True)
+    assert lenient["inter_annotator"]["image"]["kappa"] == pytest.approx(expected)
+    assert lenient["inter_annotator"]["image"]["kappa"] != pytest.approx(strict["inter_annotator"]["image"]["kappa"])
+    with pytest.raises(ValueError, match="loo_tie must be one of"):
+        analyze(study, n_resamples=20, loo_tie="coin")
 
 
 def test_judge_modes_map_answers_to_the_expected_answer(rows: list[ImageRow]) -> None:
@@ -321,3 +335,67 @@ def test_agreement_command_writes_json_markdown_and_csv(
         )
         == 2
     )
+
+
+def _bench_study(absent_objects: str) -> Any:
+    """The paper's case: "a photo of a non-wooden bench"; the image has no bench. Annotators a, b, c say there
+    is no bench and (asked "is the bench wooden?") no; the judge says the same: p_yes 0.1 and 0.05."""
+    from negt2i.spec import parse_prompt
+
+    prompt = parse_prompt(
+        {
+            "id": "material-pos0_neg1-000",
+            "category": "material",
+            "prompt": "a photo of a non-wooden bench",
+            "include": [{"class": "bench", "count": 1}],
+            "statements": [{"kind": "attribute", "object": 0, "value": "wooden", "polarity": "negated"}],
+        }
+    )
+    rec = ok_record(make_verdict(prompt, "undetected_object"), filename="bench.png", sample=0, models={})
+    labels = [
+        LabelRow("bench.png", el, who, False, None, "labels")
+        for el in ("object:0", "statement:0")
+        for who in "abc"
+    ]
+    judges = [
+        JudgeRow("J", "pos", "bench.png", "object:0", 0.1, "j"),
+        JudgeRow("J", "pos", "bench.png", "statement:0", 0.05, "j"),  # "is the bench wooden?" -> no
+        JudgeRow("J", "neg", "bench.png", "object:0", 0.1, "j"),
+        JudgeRow("J", "neg", "bench.png", "statement:0", 0.95, "j"),  # "is the bench non-wooden?" -> yes
+    ]
+    return build_study(labels, [parse_line(rec)], judges, absent_objects=absent_objects)
+
+
+def test_a_judge_cannot_satisfy_a_negated_attribute_by_omitting_the_object() -> None:
+    """Appendix B.2: elements of an absent object count as unsatisfied (no success by omission)."""
+    study = _bench_study("unsatisfied")
+    assert study.element_objects == [(0,), (0,)]
+    for mode in ("pos", "neg"):
+        dec = study.evaluators[f"J ({mode})"]
+        assert dec.element_binary is not None
+        assert dec.element_binary.tolist() == [False, False]  # no bench, so "non-wooden" is not satisfied
+        assert dec.image_score.tolist() == [pytest.approx(0.05)]  # mean of 0.1 (object) and 0 (statement)
+        assert dec.image_binary.tolist() == [False]
+        assert dec.element_p_yes is not None and dec.element_p_yes[1] in (0.05, 0.95)  # raw answer kept (Table 10)
+    # NegT2IBench never had the problem: its statement of a missing object fails (cause undetected_object)
+    ours = study.evaluators[OURS]
+    assert ours.element_binary is not None and ours.element_binary.tolist() == [False, False]
+
+
+def test_the_independent_rule_reproduces_success_by_omission() -> None:
+    """The old rule, kept as an option: the statement alone is satisfied by the judge's "no"."""
+    study = _bench_study("independent")
+    dec = study.evaluators["J (pos)"]
+    assert dec.element_binary is not None and dec.element_binary.tolist() == [False, True]
+    assert dec.image_score.tolist() == [pytest.approx(0.525)]
+    assert not study.warnings or all("could not be checked" not in w for w in study.warnings)
+    with pytest.raises(ValueError, match="absent_objects must be one of"):
+        _bench_study("lenient")
+
+
+def test_a_judge_without_object_answers_is_scored_per_element_with_a_warning(rows: list[ImageRow]) -> None:
+    judges = [JudgeRow("J", "pos", f"img{i}.png", "statement:0", 0.2, "j") for i in range(4)]
+    judges += [JudgeRow("J", "pos", f"img{i}.png", "object:0", 0.9, "j") for i in range(3)]
+    labels = [lab for lab in _labels() if lab.element == "statement:0" or lab.image != "img3.png"]
+    study = build_study(labels, rows, judges)
+    assert any("J (pos): 1 statements could not be checked" in w for w in study.warnings)
