@@ -574,8 +574,8 @@ def analyze(
         "leave_one_out_tie": loo_tie,
         "differences": _differences(study, replicates, image_level, confidence),
         "negation_probe": negation_probe(study),
-        "by_setting": _breakdown(study, study.setting, ref_bin, ref_score, setting_order, loo_tie),
-        "by_category": _breakdown(study, study.category, ref_bin, ref_score, category_order, loo_tie),
+        "by_setting": _breakdown(study, study.setting, ref_bin, ref_score, setting_order, tie=loo_tie),
+        "by_category": _breakdown(study, study.category, ref_bin, ref_score, category_order, tie=loo_tie),
         "element_level": element_level,
         "warnings": list(study.warnings),
     }
@@ -647,6 +647,7 @@ def _breakdown(
     ref_bin: Bool,
     ref_score: Float,
     order: Callable[[str], Any],
+    *,
     tie: str = "unsatisfied",
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}

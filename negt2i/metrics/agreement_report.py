@@ -235,9 +235,8 @@ def render_agreement_markdown(a: dict[str, Any]) -> str:
         f"- judge scoring: statements of an object the judge calls absent are {rule}"
         + (" (Appendix B.2)" if rule == "unsatisfied" else " (scored on their own: success by omission)")
     )
-    parts.append(
-        f"- leave-one-out ties (a 1-1 split of the other two annotators) count as {a.get('leave_one_out_tie', 'unsatisfied')}"
-    )
+    tie = a.get("leave_one_out_tie", "unsatisfied")
+    parts.append(f"- leave-one-out ties (a 1-1 split of the other two annotators) count as {tie}")
     parts += ["", "## Warnings", ""]
     parts += [f"- {w}" for w in a["warnings"]] or ["- none"]
     parts += ["", "## Tables", ""]

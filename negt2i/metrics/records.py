@@ -298,7 +298,7 @@ def _statement_rows(items: Any, name: str, where: str) -> tuple[StatementRow, ..
             raise ResultsFormatError(f"{where}: {field}.outcome must be one of {_OUTCOMES} (evaluated only), "
                                      f"got {outcome!r}")  # fmt: skip
         objs = st.get("objects") or []
-        if not isinstance(objs, list) or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in objs):
+        if not isinstance(objs, list) or not all(type(o) is int and o >= 0 for o in objs):
             raise ResultsFormatError(f"{where}: {field}.objects must be a list of object indices, got {objs!r}")
         out.append(StatementRow(polarity, passed, evaluated, cause, empty, outcome, tuple(objs)))
     return tuple(out)

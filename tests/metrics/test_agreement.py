@@ -353,9 +353,7 @@ def _bench_study(absent_objects: str) -> Any:
     )
     rec = ok_record(make_verdict(prompt, "undetected_object"), filename="bench.png", sample=0, models={})
     labels = [
-        LabelRow("bench.png", el, who, False, None, "labels")
-        for el in ("object:0", "statement:0")
-        for who in "abc"
+        LabelRow("bench.png", el, who, False, None, "labels") for el in ("object:0", "statement:0") for who in "abc"
     ]
     judges = [
         JudgeRow("J", "pos", "bench.png", "object:0", 0.1, "j"),
