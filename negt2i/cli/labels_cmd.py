@@ -1,5 +1,0 @@
-from typing import Any
-
-
-def register(sub: Any) -> None:
-    pass
