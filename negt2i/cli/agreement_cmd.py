@@ -35,6 +35,11 @@ def register(sub: Any) -> None:
         "independent (each element on its own, success by omission)",
     )
     p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="score images whose elements are only partly labelled (warned); without it that is an error",
+    )
+    p.add_argument(
         "--loo-tie",
         choices=LOO_TIES,
         default="unsatisfied",
@@ -57,6 +62,7 @@ def _run(args: argparse.Namespace) -> int:
             confidence=args.confidence,
             absent_objects=args.absent_objects,
             loo_tie=args.loo_tie,
+            allow_partial=args.allow_partial,
         )
         written = write_agreement(result, args.out)
     except ValueError as exc:

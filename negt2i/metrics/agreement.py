@@ -248,10 +248,12 @@ def build_study(
     judges: Sequence[JudgeRow] = (),
     *,
     absent_objects: str = "unsatisfied",
+    allow_partial: bool = False,
 ) -> Study:
     """Align labels with verdicts (and judge answers); every label must name a judged image and element.
 
-    ``absent_objects`` is the judge scoring rule of ``_add_judges`` (one of ``ABSENT_RULES``)."""
+    ``absent_objects`` is the judge scoring rule of ``_add_judges`` (one of ``ABSENT_RULES``). A labelled image
+    must have labels for all its elements unless ``allow_partial`` (then the missing ones are warned about)."""
     if absent_objects not in ABSENT_RULES:
         raise ValueError(f"absent_objects must be one of {', '.join(ABSENT_RULES)}, got {absent_objects!r}")
     by_name: dict[str, ImageRow] = {}
@@ -320,6 +322,15 @@ def build_study(
         if row.status == "ok":
             n_el = len(row.objects_ok) + len(row.statements)
             if len(grouped[image]) < n_el:
+                names = [f"object:{i}" for i in range(len(row.objects_ok))]
+                names += [f"statement:{k}" for k in range(len(row.statements))]
+                lacking = ", ".join(e for e in names if e not in grouped[image])
+                if not allow_partial:
+                    raise AgreementInputError(
+                        f"{image}: no labels for {lacking} ({n_el - len(grouped[image])} of its {n_el} elements); "
+                        "every element of a labelled image needs labels (allow_partial / --allow-partial scores "
+                        "the labelled elements only)"
+                    )
                 warnings.append(f"{image}: {n_el - len(grouped[image])} of its {n_el} elements are not labelled")
     if len(m_values) != 1:
         raise AgreementInputError(f"every image needs the same number of annotators, got {sorted(m_values)}")
@@ -341,7 +352,7 @@ def build_study(
     _, score = per_image(ours, study.element_image, len(images))
     binary = np.array([by_name[im].correct for im in images], dtype=bool)
     study.evaluators[OURS] = Decisions(binary, score, ours)
-    _add_judges(study, judges, absent_objects=absent_objects)
+    _add_judges(study, judges, absent_objects=absent_objects, known=set(by_name))
     return study
 
 
@@ -350,7 +361,9 @@ def _element_order(element: str) -> tuple[int, int]:
     return (0 if kind == "object" else 1, int(k))
 
 
-def _add_judges(study: Study, judges: Sequence[JudgeRow], *, absent_objects: str = "unsatisfied") -> None:
+def _add_judges(
+    study: Study, judges: Sequence[JudgeRow], *, absent_objects: str = "unsatisfied", known: set[str] | None = None
+) -> None:
     """Each (judge, mode) as an evaluator.
 
     Per element (``pos`` / ``neg``): p_correct = p_yes, except 1 - p_yes for a negated statement asked
@@ -372,6 +385,14 @@ def _add_judges(study: Study, judges: Sequence[JudgeRow], *, absent_objects: str
     n = len(study.images)
     negated = np.array([b == "negated" for b in study.element_block])
     labelled = set(study.images)
+    if known is not None:
+        unknown = sorted({j.image for j in judges} - known)
+        if unknown:
+            first = next(j for j in judges if j.image == unknown[0])
+            raise AgreementInputError(
+                f"{first.where}: the judge file answers {len(unknown)} images the results do not have, e.g. "
+                f"{unknown[0]!r}; give the results files those images were judged in (or drop those answers)"
+            )
     for (judge, mode), answers in sorted(groups.items()):
         name = f"{judge} ({mode})"
         extra = {im for im, _ in answers} - labelled

@@ -38,6 +38,7 @@ def run_agreement(
     confidence: float = 0.95,
     absent_objects: str = "unsatisfied",
     loo_tie: str = "unsatisfied",
+    allow_partial: bool = False,
 ) -> dict[str, Any]:
     """Read the inputs, run ``analyze``, attach provenance (files with SHA-256, configs, stage models) and warnings.
 
@@ -48,7 +49,9 @@ def run_agreement(
     for row in rows:
         provenance.update(row)
     judge_rows = [j for path in judges for j in read_judges(path)]
-    study = build_study(read_labels(labels), rows, judge_rows, absent_objects=absent_objects)
+    study = build_study(
+        read_labels(labels), rows, judge_rows, absent_objects=absent_objects, allow_partial=allow_partial
+    )
     out = analyze(study, n_resamples=n_resamples, seed=seed, confidence=confidence, loo_tie=loo_tie)
     out["judge_scoring"] = {"absent_objects": absent_objects}
     out["warnings"] = list(out["warnings"]) + provenance.warnings("results")

@@ -274,8 +274,10 @@ def test_inconsistent_studies_are_rejected(rows: list[ImageRow]) -> None:
     with pytest.raises(AgreementInputError, match=r"image 'img0.png' is also at"):
         build_study(labels, [*rows, rows[0]])
     extra = [JudgeRow("J", "whole", f"img{i}.png", "prompt", 1.0, "j") for i in range(4)]
-    study = build_study(labels, rows, [*extra, JudgeRow("J", "whole", "unlabelled.png", "prompt", 1.0, "j")])
+    study = build_study([x for x in labels if x.image != "img3.png"], rows, extra)
     assert study.warnings == ["J (whole) answers 1 images that are not labelled (ignored)"]
+    with pytest.raises(AgreementInputError, match=r"j:7: the judge file answers 1 images the results do not have"):
+        build_study(labels, rows, [*extra, JudgeRow("J", "whole", "elsewhere.png", "prompt", 1.0, "j:7")])
     with pytest.raises(
         AgreementInputError, match=r"J \(pos\) has no answer for 7 labelled elements, e.g. img0.png statement:0"
     ):
@@ -395,5 +397,7 @@ def test_a_judge_without_object_answers_is_scored_per_element_with_a_warning(row
     judges = [JudgeRow("J", "pos", f"img{i}.png", "statement:0", 0.2, "j") for i in range(4)]
     judges += [JudgeRow("J", "pos", f"img{i}.png", "object:0", 0.9, "j") for i in range(3)]
     labels = [lab for lab in _labels() if lab.element == "statement:0" or lab.image != "img3.png"]
-    study = build_study(labels, rows, judges)
+    with pytest.raises(AgreementInputError, match=r"img3.png: no labels for object:0 \(1 of its 2 elements\)"):
+        build_study(labels, rows, judges)  # a labels file with a missing element
+    study = build_study(labels, rows, judges, allow_partial=True)
     assert any("J (pos): 1 statements could not be checked" in w for w in study.warnings)
