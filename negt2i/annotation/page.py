@@ -216,7 +216,10 @@ document.addEventListener("keydown", (e) => {
   }
   const item = TASK.items[state.index];
   if (e.key === "y" || e.key === "n") answer(state.current, e.key === "y" ? "yes" : "no");
-  else if (e.key === "ArrowDown") { state.current = Math.min(state.current + 1, item.questions.length - 1); highlight(); }
+  else if (e.key === "ArrowDown") {
+    state.current = Math.min(state.current + 1, item.questions.length - 1);
+    highlight();
+  }
   else if (e.key === "ArrowUp") { state.current = Math.max(state.current - 1, 0); highlight(); }
   else if (e.key === "ArrowRight" || e.key === "]") show(state.index + 1);
   else if (e.key === "ArrowLeft" || e.key === "[") show(state.index - 1);

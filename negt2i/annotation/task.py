@@ -251,7 +251,7 @@ def read_task(task: str | Path) -> dict[str, Any]:
     except ValueError as exc:
         raise TaskError(f"{p}: not JSON ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("negt2i") != TASK_FORMAT:
-        raise TaskError(f"{p}: not a labelling task (expected \"negt2i\": \"{TASK_FORMAT}\")")
+        raise TaskError(f'{p}: not a labelling task (expected "negt2i": "{TASK_FORMAT}")')
     return manifest
 
 
@@ -278,7 +278,9 @@ def _crowd_rows(path: Path, items: Mapping[str, Mapping[str, Any]]) -> Iterable[
                     continue
                 q = int(m.group(1))
                 if not 1 <= q <= len(item["questions"]):
-                    raise TaskError(f"{where}: {col} answered, but item {item_id} has {len(item['questions'])} questions")
+                    raise TaskError(
+                        f"{where}: {col} answered, but item {item_id} has {len(item['questions'])} questions"
+                    )
                 yield {
                     "image": item["image"],
                     "element": item["questions"][q - 1]["element"],
@@ -335,13 +337,13 @@ def import_labels(
             problems.append(f"{where}: image {r['image']!r} is not in the task")
             continue
         if not ANNOTATOR_RE.match(r["annotator"]):
-            problems.append(
-                f"{where}: annotator id {r['annotator']!r} is not valid (1-64 letters, digits, _ . @ -)"
-            )
+            problems.append(f"{where}: annotator id {r['annotator']!r} is not valid (1-64 letters, digits, _ . @ -)")
             continue
         elements = {q["element"] for q in item["questions"]}
         if r["element"] not in elements:
-            problems.append(f"{where}: {r['image']} has no element {r['element']!r} (it has {', '.join(sorted(elements))})")
+            problems.append(
+                f"{where}: {r['image']} has no element {r['element']!r} (it has {', '.join(sorted(elements))})"
+            )
             continue
         value = str(r["answer"]).strip().lower()
         if value not in ("yes", "no", "y", "n", "true", "false", "1", "0"):
@@ -366,7 +368,9 @@ def import_labels(
         for who, got in sorted(by_who.items()):
             lacking = [e for e in needed if e not in got]
             if lacking:
-                problems.append(f"{image} (item {by_image[image]['id']}): annotator {who} did not answer {', '.join(lacking)}")
+                problems.append(
+                    f"{image} (item {by_image[image]['id']}): annotator {who} did not answer {', '.join(lacking)}"
+                )
         if len(by_who) != m:
             problems.append(
                 f"{image} (item {by_image[image]['id']}): {len(by_who)} annotators ({', '.join(sorted(by_who))}), "
@@ -410,4 +414,3 @@ def write_labels(out: Path, rows: Sequence[Mapping[str, str]]) -> None:
     else:
         tmp.write_text("".join(json.dumps(dict(r)) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(out)
-

@@ -22,9 +22,7 @@ def register(sub: Any) -> None:
         "crowd.csv. See docs/agreement.md.",
     )
     ex.add_argument("results", nargs="+", help="results files (one per generator: the file name is the model)")
-    ex.add_argument(
-        "--images", required=True, nargs="+", help="image folder(s) the results' filenames are relative to"
-    )
+    ex.add_argument("--images", required=True, nargs="+", help="image folder(s) the results' filenames are relative to")
     ex.add_argument("--sample", type=int, required=True, metavar="N", help="number of images to label")
     ex.add_argument(
         "--stratify",
@@ -43,7 +41,9 @@ def register(sub: Any) -> None:
     )
     im.add_argument("answers", nargs="+", help="page exports (JSONL / CSV) and / or crowd-platform CSVs")
     im.add_argument("--task", required=True, help="the task folder (or its task.json)")
-    im.add_argument("--annotators", type=int, default=None, metavar="M", help="annotators per image (default: most seen)")
+    im.add_argument(
+        "--annotators", type=int, default=None, metavar="M", help="annotators per image (default: most seen)"
+    )
     im.add_argument("--out", required=True, help="labels file to write (.jsonl or .csv)")
     im.set_defaults(func=_import)
 

@@ -76,8 +76,10 @@ from negt2i.metrics.stats import (
 ELEMENT_RE = re.compile(r"^(object|statement):(\d+)$")
 MODES: tuple[str, ...] = ("whole", "pos", "neg")
 OURS = "NegT2IBench"
-BLOCKS: tuple[str, ...] = ("objects", "statements", "affirmative", "negated")
-"""Element blocks: object questions, all statements, positive statements, negated statements."""
+BLOCKS: tuple[str, ...] = ("objects", "statements", "affirmative", "negated", "asserted", "all")
+"""Element blocks: object questions, all statements, positive statements, negated statements, and the paper's
+two blocks of Tables 5 and 13: ``asserted`` (objects and positive statements, the questions whose satisfying
+answer is yes: Table 13's "Affirmative statements", n = 2249 of 2772) and ``all`` (every element)."""
 
 Bool = NDArray[np.bool_]
 Float = NDArray[np.float64]
@@ -105,6 +107,10 @@ class JudgeRow:
     element: str
     p_yes: float
     where: str
+    seconds: float | None = None
+    """Optional cost fields: wall-clock seconds of this question, peak GPU memory (GiB), parameter count."""
+    gpu_gib: float | None = None
+    params: str | None = None
 
 
 def _rows(path: str | Path) -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -186,7 +192,37 @@ def read_judges(path: str | Path) -> list[JudgeRow]:
             p = 1.0 if _answer(rec["answer"], where) else 0.0
         else:
             raise AgreementInputError(f"{where}: needs p_yes or answer")
-        out.append(JudgeRow(judge, mode, image, element, p, where))
+        cost: dict[str, float | None] = {}
+        for key in ("seconds", "gpu_gib"):
+            if key in rec:
+                try:
+                    cost[key] = float(rec[key])
+                except (TypeError, ValueError):
+                    raise AgreementInputError(f"{where}: {key} must be a number, got {rec[key]!r}") from None
+                if not cost[key] >= 0:  # type: ignore[operator]
+                    raise AgreementInputError(f"{where}: {key} must be >= 0, got {rec[key]!r}")
+        params = str(rec["params"]) if rec.get("params") not in (None, "") else None
+        out.append(JudgeRow(judge, mode, image, element, p, where, cost.get("seconds"), cost.get("gpu_gib"), params))
+    return out
+
+
+def judge_costs(judges: Sequence[JudgeRow], questions_per_image: float) -> dict[str, dict[str, Any]]:
+    """Table 2 / Table 8 cost columns per judge, from the optional cost fields of its rows (Appendix B.4):
+    params (first given), GiB (peak over rows), s/Q (mean seconds over its per-element questions), s/img =
+    s/Q x ``questions_per_image`` (the mean number of element questions per image of the study)."""
+    out: dict[str, dict[str, Any]] = {}
+    for judge in sorted({j.judge for j in judges}):
+        rows = [j for j in judges if j.judge == judge]
+        secs = [j.seconds for j in rows if j.seconds is not None and j.mode != "whole"]
+        gib = [j.gpu_gib for j in rows if j.gpu_gib is not None]
+        params = next((j.params for j in rows if j.params), None)
+        s_q = float(np.mean(secs)) if secs else None
+        out[judge] = {
+            "params": params,
+            "gpu_gib": max(gib) if gib else None,
+            "s_per_question": s_q,
+            "s_per_image": s_q * questions_per_image if s_q is not None else None,
+        }
     return out
 
 
@@ -532,6 +568,10 @@ def _block_mask(study: Study, block: str) -> Bool:
     b = np.array(study.element_block)
     if block == "statements":
         return np.asarray(b != "objects")
+    if block == "asserted":
+        return np.asarray(b != "negated")
+    if block == "all":
+        return np.ones(len(b), dtype=bool)
     return np.asarray(b == block)
 
 

@@ -9,12 +9,12 @@ agreement per block (Table 13) and agreement between annotators (Table 5).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from negt2i import __version__
-from negt2i.metrics.agreement import BLOCKS, OURS, analyze, build_study, read_judges, read_labels
+from negt2i.metrics.agreement import BLOCKS, OURS, analyze, build_study, judge_costs, read_judges, read_labels
 from negt2i.metrics.benchmark import Provenance
 from negt2i.metrics.records import iter_rows, setting_label
 from negt2i.metrics.report import sha256_file as _sha256
@@ -39,6 +39,7 @@ def run_agreement(
     absent_objects: str = "unsatisfied",
     loo_tie: str = "unsatisfied",
     allow_partial: bool = False,
+    ours_cost: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Read the inputs, run ``analyze``, attach provenance (files with SHA-256, configs, stage models) and warnings.
 
@@ -54,6 +55,11 @@ def run_agreement(
     )
     out = analyze(study, n_resamples=n_resamples, seed=seed, confidence=confidence, loo_tie=loo_tie)
     out["judge_scoring"] = {"absent_objects": absent_objects}
+    qpi = len(study.element_name) / len(study.images)
+    out["element_questions_per_image"] = qpi
+    out["costs"] = judge_costs(judge_rows, qpi)
+    if ours_cost:
+        out["costs"][OURS] = dict(ours_cost)
     out["warnings"] = list(out["warnings"]) + provenance.warnings("results")
     out["generated_by"] = f"negt2i agreement (negt2i {__version__})"
     out["inputs"] = {
@@ -337,7 +343,9 @@ def write_agreement(a: dict[str, Any], out: str | Path) -> list[Path]:
         ],
     )
     names = ("agreement.json", "agreement.md", "agreement_images.csv", "agreement_elements.csv", "agreement_inputs.csv")
-    return [out / n for n in names]
+    from negt2i.metrics.agreement_paper import write_paper_tables
+
+    return [out / n for n in names] + write_paper_tables(a, out)
 
 
 __all__ = ["OURS", "agreement_tables", "render_agreement_markdown", "run_agreement", "write_agreement"]

@@ -59,7 +59,7 @@ class Browser:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=_fds,
+            preexec_fn=_fds,  # noqa: PLW1509 - the child only dup2()s two fds before exec
             pass_fds=(3, 4),
         )
         os.close(cmd_r)

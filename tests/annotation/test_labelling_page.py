@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +28,10 @@ def task(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     results = root / "results.jsonl"
     assert main(["evaluate", str(root / "demo"), "--backend", "synthetic", "--out", str(results)]) == 0
     out = root / "task"
-    assert main(["labels", "export", str(results), "--images", str(root / "demo"), "--sample", "4", "--out", str(out)]) == 0
+    assert (
+        main(["labels", "export", str(results), "--images", str(root / "demo"), "--sample", "4", "--out", str(out)])
+        == 0
+    )
     manifest = json.loads((out / "task.json").read_text())
     return {"root": root, "results": results, "dir": out, "manifest": manifest}
 
@@ -65,7 +67,9 @@ def test_label_three_images_by_clicking_export_and_run_the_agreement(
         for n, item in enumerate(items[:3]):
             assert b.js("document.getElementById('prompt').textContent") == f"Prompt: {item['prompt']}"
             assert b.js("document.getElementById('image').getAttribute('src')") == item["file"]
-            assert b.wait_for("document.getElementById('image').complete && document.getElementById('image').naturalWidth")
+            assert b.wait_for(
+                "document.getElementById('image').complete && document.getElementById('image').naturalWidth"
+            )
             for k, (element, answer) in enumerate(_answers_for(item).items()):
                 if n == 2 and k == 0:
                     b.key("y")  # the keyboard shortcut answers the highlighted (first) question
@@ -98,9 +102,26 @@ def test_label_three_images_by_clicking_export_and_run_the_agreement(
     # the export is the labels file `negt2i agreement` reads
     out = task["root"] / "agreement"
     capsys.readouterr()
-    assert main(["agreement", "--labels", str(path), "--results", str(task["results"]), "--out", str(out), "--bootstrap", "50"]) == 0
+    assert (
+        main(
+            [
+                "agreement",
+                "--labels",
+                str(path),
+                "--results",
+                str(task["results"]),
+                "--out",
+                str(out),
+                "--bootstrap",
+                "50",
+            ]
+        )
+        == 0
+    )
     result = json.loads((out / "agreement.json").read_text())
     assert result["images"] == 3 and result["annotators_per_image"] == 1
     # and `negt2i labels import` validates it against the task (the fourth image is unlabelled: an error)
-    assert main(["labels", "import", str(path), "--task", str(task["dir"]), "--out", str(task["root"] / "l.jsonl")]) == 1
+    assert (
+        main(["labels", "import", str(path), "--task", str(task["dir"]), "--out", str(task["root"] / "l.jsonl")]) == 1
+    )
     assert "1 of 4 task images have no answers" in capsys.readouterr().err

@@ -401,3 +401,57 @@ def test_a_judge_without_object_answers_is_scored_per_element_with_a_warning(row
         build_study(labels, rows, judges)  # a labels file with a missing element
     study = build_study(labels, rows, judges, allow_partial=True)
     assert any("J (pos): 1 statements could not be checked" in w for w in study.warnings)
+
+
+def test_the_paper_tables_with_judge_costs_and_the_pos_neg_delta(
+    tmp_path: Path, records: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tables 2, 5, 6, 7, 10-13 as HTML and CSV: a judge's three modes in one row, Δ = neg - pos, cost columns."""
+    results = write_jsonl(tmp_path / "r.jsonl", records)
+    labels = write_jsonl(
+        tmp_path / "l.jsonl",
+        [{"image": x.image, "element": x.element, "annotator": x.annotator, "answer": "yes" if x.answer else "no"}
+         for x in _labels()],
+    )  # fmt: skip
+    judge = []
+    for i in range(4):
+        img = f"img{i}.png"
+        cost = {"params": "8B", "gpu_gib": 16.0 + i, "seconds": 0.1}
+        judge.append({"judge": "J", "mode": "pos", "image": img, "element": "object:0", "p_yes": 0.9, **cost})
+        judge.append({"judge": "J", "mode": "pos", "image": img, "element": "statement:0", "p_yes": 0.2, **cost})
+        judge.append({"judge": "J", "mode": "neg", "image": img, "element": "object:0", "p_yes": 0.9, **cost})
+        judge.append({"judge": "J", "mode": "neg", "image": img, "element": "statement:0", "p_yes": 0.3, **cost})
+        judge.append({"judge": "J", "mode": "whole", "image": img, "element": "prompt", "p_yes": 0.6})
+    judges = write_jsonl(tmp_path / "j.jsonl", judge)
+    out = tmp_path / "out"
+    args = ["agreement", "--labels", str(labels), "--results", str(results), "--judges", str(judges)]
+    assert main([*args, "--out", str(out), "--bootstrap", "40", "--ours-cost", "1.24B,6.3,0.78"]) == 0
+    data = json.loads((out / "agreement.json").read_text())
+    assert data["element_questions_per_image"] == 2.0
+    assert data["costs"]["J"] == {"params": "8B", "gpu_gib": 19.0, "s_per_question": pytest.approx(0.1),
+                                  "s_per_image": pytest.approx(0.2)}  # fmt: skip
+    for n in (2, 5, 6, 7, 10, 11, 12, 13):
+        assert (out / f"table{n}.csv").is_file()
+    with (out / "table2.csv").open() as fh:
+        rows = list(csv.reader(fh))
+    assert rows[1] == ["Evaluator", "Params", "GiB", "s/img", "whole", "pos", "neg", "Δ", "Prec.", "Rec.",
+                       "whole", "pos", "neg", "Δ"]  # fmt: skip
+    j = next(r for r in rows if r[0] == "J")
+    kappa_pos = data["image_level"]["J (pos)"]["kappa"]
+    kappa_neg = data["image_level"]["J (neg)"]["kappa"]
+    assert j[1:4] == ["8B", "19.0", "0.20"]
+    assert j[5].startswith(f"{100 * kappa_pos:.1f} [") and j[6].startswith(f"{100 * kappa_neg:.1f} [")
+    assert j[7].startswith(f"{100 * (kappa_neg - kappa_pos):+.1f} [")
+    ours = next(r for r in rows if r[0] == "NegT2IBench (ours)")
+    assert ours[1:4] == ["1.24B", "6.3", "0.78"] and ours[5:8] == ["-", "-", "-"]
+    page = (out / "agreement.html").read_text()
+    for title in ("Table 2:", "Table 5:", "Table 6:", "Table 7:", "Table 10:", "Table 11:", "Table 12:", "Table 13:"):
+        assert title in page
+    with (out / "table5.csv").open() as fh:
+        t5 = list(csv.reader(fh))
+    assert [r[:2] for r in t5[1:]] == [["All statements", "8"], ["Affirmative", "4"], ["Negated", "4"]]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--out", str(out), "--ours-cost", "big"])
+    assert exit_info.value.code == 2
+    assert "expected PARAMS,GIB,S_IMG" in capsys.readouterr().err
