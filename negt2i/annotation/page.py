@@ -233,6 +233,7 @@ $("next").addEventListener("click", () => show(state.index + 1));
 $("export-jsonl").addEventListener("click", () => exportLabels("jsonl"));
 $("export-csv").addEventListener("click", () => exportLabels("csv"));
 $("annotator").value = localStorage.getItem("negt2i-annotator") || "";
+$("progress").textContent = "0 / " + TASK.items.length + " images done";
 </script>
 </body>
 </html>

@@ -39,7 +39,7 @@ from negt2i.annotation.questions import (
     prompt_digest,
     prompt_of_metadata,
 )
-from negt2i.metrics.agreement import AgreementInputError, read_labels
+from negt2i.metrics.agreement import AgreementInputError, read_labels, results_model
 from negt2i.results import read_results
 
 TASK_FORMAT = "labels-task/1"
@@ -73,7 +73,7 @@ def _sha256(path: Path) -> str:
 
 def model_name(results: Path) -> str:
     """A results file's model, for ``--stratify model`` and image keys: the file name without suffix."""
-    return results.name.removesuffix(".jsonl").removesuffix(".json")
+    return results_model(results)
 
 
 def candidates(results: Sequence[Path], images: Sequence[Path]) -> list[Candidate]:

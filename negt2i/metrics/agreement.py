@@ -6,7 +6,8 @@ Human labels, one row per (image, element, annotator), JSONL or CSV (by suffix):
 
     {"image": "00012/samples/0003.png", "element": "statement:1", "annotator": "a07", "answer": "no"}
 
-``image`` is the results line's ``filename`` (or ``prompt_id#sample``); ``element`` is
+``image`` is the results line's ``filename`` (or ``prompt_id#sample``, or ``MODEL:filename`` where MODEL is the
+results file's name without ``.jsonl``, needed when several results files hold the same filename); ``element`` is
 ``object:I`` (``include[I]``: is the object there, with the right count?) or ``statement:K``
 (``statements[K]``, always asked in its affirmative form, as in the annotation interface:
 "is the bench wooden?" for "a non-wooden bench"); ``answer`` is ``yes`` / ``no`` (or true /
@@ -278,6 +279,13 @@ ABSENT_RULES: tuple[str, ...] = ("unsatisfied", "independent")
 default) or ``independent`` (each element on its own, the rule before issue 22: success by omission)."""
 
 
+def results_model(source: str | Path) -> str:
+    """The model a results file holds, as image keys ``MODEL:filename`` name it: the file name without
+    ``.jsonl`` (``runs/flux2-dev.jsonl`` -> ``flux2-dev``)."""
+    name = Path(source).name
+    return name.removesuffix(".jsonl").removesuffix(".json")
+
+
 def build_study(
     labels: Sequence[LabelRow],
     rows: Iterable[ImageRow],
@@ -293,16 +301,26 @@ def build_study(
     if absent_objects not in ABSENT_RULES:
         raise ValueError(f"absent_objects must be one of {', '.join(ABSENT_RULES)}, got {absent_objects!r}")
     by_name: dict[str, ImageRow] = {}
+    ambiguous: dict[str, list[str]] = {}
     for row in rows:
-        if row.filename in by_name:
-            raise AgreementInputError(f"{row.where}: image {row.filename!r} is also at {by_name[row.filename].where}")
-        by_name[row.filename] = row
-        by_name.setdefault(row.key, row)
+        qualified = f"{results_model(row.source)}:{row.filename}"
+        if qualified in by_name:
+            raise AgreementInputError(f"{row.where}: image {row.filename!r} is also at {by_name[qualified].where}")
+        by_name[qualified] = row
+        for name in (row.filename, row.key):
+            other = by_name.setdefault(name, row)
+            if other is not row and other.source != row.source:
+                ambiguous.setdefault(name, [results_model(other.source)]).append(results_model(row.source))
     warnings: list[str] = []
     grouped: dict[str, dict[str, dict[str, LabelRow]]] = {}
     for lab in labels:
         if lab.image not in by_name:
             raise AgreementInputError(f"{lab.where}: image {lab.image!r} is not in the results")
+        if lab.image in ambiguous:
+            raise AgreementInputError(
+                f"{lab.where}: image {lab.image!r} is in several results files ({', '.join(ambiguous[lab.image])}); "
+                f"name it MODEL:filename, e.g. {ambiguous[lab.image][0]}:{lab.image}"
+            )
         grouped.setdefault(lab.image, {}).setdefault(lab.element, {})[lab.annotator] = lab
     images = sorted(grouped)
     m_values = set()

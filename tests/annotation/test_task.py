@@ -171,3 +171,18 @@ def test_export_checks_the_question_file_digest(runs: dict[str, Any], tmp_path: 
                  "--out", str(tmp_path / "no")]) == 1  # fmt: skip
     assert "made from another corpus version" in capsys.readouterr().err
     assert not (tmp_path / "no").exists()
+
+
+def test_several_generators_are_labelled_as_model_filename(runs: dict[str, Any], tmp_path: Path, capsys: Any) -> None:
+    """Filenames repeat across generators: the labels name MODEL:filename, which `negt2i agreement` resolves."""
+    manifest = export_task(runs["results"], runs["images"], tmp_path / "task", sample=4)
+    labels = tmp_path / "labels.jsonl"
+    import_labels([_jsonl(tmp_path / "a.jsonl", _answers(manifest, "a01"))], tmp_path / "task", labels)
+    results = [str(p) for p in runs["results"]]
+    assert main(["agreement", "--labels", str(labels), "--results", *results, "--out", str(tmp_path / "agr"),
+                 "--bootstrap", "20"]) == 0  # fmt: skip
+    agreement = json.loads((tmp_path / "agr" / "agreement.json").read_text())
+    assert agreement["images"] == 4
+    bare = _jsonl(tmp_path / "bare.jsonl", [{**_answers(manifest, "a01")[0], "image": "00000/samples/0000.png"}])
+    assert main(["agreement", "--labels", str(bare), "--results", *results, "--out", str(tmp_path / "x")]) == 1
+    assert "is in several results files (model-a, model-b); name it MODEL:filename" in capsys.readouterr().err
