@@ -55,6 +55,7 @@ LINE = b'{"negt2i":"results/1","filename":"00001/samples/0001.png","sample":1,"s
         (b"\x00" * 40 + LINE[40:], "40 NUL bytes"),  # the line's first block lost, its end (and newline) kept
         (LINE[:-2] + b"\x00\n", "1 NUL bytes"),
     ],
+    ids=["shorter-than-the-marker", "one-brace", "all-nul", "marker-then-nul", "nul-then-the-end", "nul-at-the-end"],
 )
 def test_a_torn_or_nul_filled_tail_of_ours_is_recovered(demo: Path, tmp_path: Path, capsys, tail: bytes, says: str):
     out = tmp_path / "r.jsonl"
