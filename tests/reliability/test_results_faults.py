@@ -171,3 +171,30 @@ def test_a_read_only_or_full_out_is_one_line_from_both_clis(
             assert len(_valid_lines(out)) == 6
     assert said[0] == said[1], said
     assert said[0].startswith(f"error: cannot write the results file {tmp_path / 'out.jsonl'}: {os.strerror(code)}")
+
+
+def test_generate_score_stops_with_the_same_line_on_a_full_disk(
+    rel_orchestrator: Proc, demo: Path, tmp_path: Path, capsys, monkeypatch
+):
+    """``negt2i generate --orchestrator``'s scorer writes through the same writer: a full disk ends scoring with
+    the same one line (no traceback from its stream thread), the lines before it whole, the rest left for a
+    rerun."""
+    from negt2i.evaluate import discover
+    from negt2i.generate.scoring import Scorer
+
+    out = tmp_path / "scored.jsonl"
+    scorer = Scorer(rel_orchestrator.target, out, in_flight=1)
+    scorer.start()
+    with monkeypatch.context() as patch:
+        _fault_on(out, patch, after_lines=2, code=errno.ENOSPC)
+        capsys.readouterr()
+        for job in discover(demo):
+            scorer.submit(job, job.path.read_bytes())
+        outcome = scorer.close()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert line.startswith(f"error: cannot write the results file {out}: {os.strerror(errno.ENOSPC)}"), line
+    assert outcome.stream_error is not None and outcome.stream_error.startswith("cannot write the results file")
+    assert len(_valid_lines(out)) == 2 and len(outcome.retry) + 2 + outcome.summary.skipped <= 6
+    assert outcome.retry  # what was not written is left for a rerun
