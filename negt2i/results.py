@@ -139,8 +139,8 @@ def write_line(fh: TextIO, record: Mapping[str, Any]) -> None:
 
 
 def read_results(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of a results file; a torn last line (``torn_line``: cut by a crash, or NUL-filled by a power
-    loss) is skipped with a warning."""
+    """Records of a results file; a torn last line (unterminated and not JSON, or NUL-filled by a power loss:
+    ``torn_line``) is skipped with a warning (reading never changes the file; the writer cuts such a line)."""
     with Path(path).open(encoding="utf-8", errors="surrogateescape") as fh:
         lines = fh.readlines()
     for lineno, line in enumerate(lines, start=1):
@@ -149,7 +149,8 @@ def read_results(path: str | Path) -> Iterator[dict[str, Any]]:
         try:
             yield json.loads(line)
         except ValueError:  # not JSON, or a number Python refuses to convert (over 4,300 digits)
-            if lineno == len(lines) and torn_line(line.encode("utf-8", "surrogateescape"), owned=lineno > 1):
+            raw = line.encode("utf-8", "surrogateescape")
+            if lineno == len(lines) and (not line.endswith("\n") or torn_line(raw, owned=lineno > 1)):
                 print(f"warning: {path}: skipping a partial last line", file=sys.stderr)
                 return
             raise ValueError(f"{path}: line {lineno} is not valid JSON") from None
