@@ -354,7 +354,8 @@ class ResultsWriter:
         )
 
     def check_compatible(self, config_digest: str, config_name: str, models: Mapping[str, Any]) -> None:
-        """Refuse a file whose lines were written with another rule config or other models."""
+        """Refuse a file whose lines were written with another rule config or other models (of a stage both
+        name: a line made while a stage its prompt did not need was unreachable does not record that stage)."""
         want = model_identity(models)
         for record in self.lines.values():
             digest = (record.get("config") or {}).get("digest")
@@ -364,7 +365,7 @@ class ResultsWriter:
                     f"{config_digest} ({config_name}); write to another --out file"
                 )
             got = model_identity(record.get("models") or {})
-            if got and got != want:
+            if any(got[stage] != want[stage] for stage in got.keys() & want.keys()):
                 raise ResultsFileError(
                     f"{self.path} was written by other models ({record.get('filename')}: {got}); this run uses "
                     f"{want}; write to another --out file"

@@ -4,7 +4,10 @@ Every item (a unary ``Evaluate`` or one item of an ``EvaluateStream``) is admitt
 on it, and releases its admission when its answer is sent:
 
 - **cost** of an item = ``len(encoded image) + BYTES_PER_PIXEL x H x W`` (``H x W`` from the image header,
-  read without decoding; an unreadable header costs only its bytes: the decoder rejects it right after).
+  read without decoding by ``negt2i.images.header_size``, never by Pillow; an unreadable header costs only its
+  bytes: the decoder rejects it right after). Reading a header walks a JPEG's marker segments, which for a
+  valid JPEG padded with thousands of segments up to the image limit is real work: the server computes the
+  cost on a worker thread (``item_cost`` is plain, the caller moves it off the event loop).
   ``BYTES_PER_PIXEL`` (16) covers the decoded RGB image (3 B/px), the detector's and segmenter's bool masks,
   the float32 disparity (4 B/px) and the judge's distance transforms. A cost above the whole budget is cut
   to the budget (such an item runs alone).
@@ -29,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import io
 import os
 import time
 from dataclasses import dataclass
@@ -88,15 +90,12 @@ def default_budget(limit: int | None = None, total_memory: int | None = None) ->
 
 
 def image_pixels(data: bytes) -> int | None:
-    """H x W from the image header (no pixel is decoded); None when the header is not readable."""
-    from PIL import Image as PILImage
+    """H x W from the image header (``negt2i.images.header_size``: no pixel decoded, no Pillow); None when the
+    header is not readable (the decoder rejects such an image with the reason)."""
+    from negt2i.images import header_size
 
-    try:
-        with PILImage.open(io.BytesIO(data)) as img:
-            w, h = img.size
-    except Exception:  # any unreadable header: the decoder reports it with the reason
-        return None
-    return int(w) * int(h)
+    size = header_size(data)
+    return None if size is None else int(size[0]) * int(size[1])
 
 
 def item_cost(data: bytes) -> int:

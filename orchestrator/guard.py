@@ -12,10 +12,16 @@
   message over the transport limit still ends the stream (docs/api.md, "Stream contract").
 - Every status message and item error is cut to ``MAX_MESSAGE_CHARS``, and identifiers echoed in them to
   ``MAX_ID_CHARS`` (``short``), so that no client input is reflected back in full.
+- Log injection: a ``request_id`` with a control character (CR, LF, NUL, ESC, ... : Unicode category Cc, and
+  the line / paragraph separators U+2028 / U+2029) is refused (``control_char``), so an id echoed into a
+  verdict, a results file or a log line can never start a new line or drive a terminal; any other client or
+  stage text that reaches the server's log goes through ``loggable`` (non-printable characters escaped as
+  ``\\xNN`` / ``\\uNNNN``, cut to ``MAX_ID_CHARS``).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -52,6 +58,22 @@ class BadMessage:
 def short(text: str, limit: int = MAX_ID_CHARS) -> str:
     """``text`` cut to ``limit`` characters (with the total length when cut)."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def control_char(text: str) -> int:
+    """The index of the first control character of ``text`` (category Cc, U+2028, U+2029), -1 when none."""
+    for i, c in enumerate(text):
+        if c in "\u2028\u2029" or unicodedata.category(c) == "Cc":
+            return i
+    return -1
+
+
+def loggable(text: str, limit: int = MAX_ID_CHARS) -> str:
+    """Client text made safe for one log line: cut to ``limit`` (``short``), non-printable characters escaped."""
+    cut = short(text, limit)
+    if cut.isprintable():
+        return cut
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in cut)
 
 
 def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:

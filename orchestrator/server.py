@@ -162,8 +162,9 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             cost = 0
         else:
             data = request.image.data
-            # an oversized image is refused by judge_item; its header is not worth reading
-            cost = len(data) if len(data) > self.settings.max_image_bytes else item_cost(data)
+            # an oversized image is refused by judge_item; its header is not worth reading. Reading a header
+            # walks a JPEG's segments (up to the image limit): on a worker thread, never on the event loop
+            cost = len(data) if len(data) > self.settings.max_image_bytes else await asyncio.to_thread(item_cost, data)
         try:
             return await self.admission.acquire(cost, deadline)
         except Overloaded as exc:
@@ -233,7 +234,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug: say so in plain words (the traceback is logged), never UNKNOWN
-            log.exception("request %s failed", guard.short(request.request_id))
+            log.exception("request %s failed", guard.loggable(str(getattr(request, "request_id", ""))))
             await _abort(context, _internal())
             raise
 
@@ -298,7 +299,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             except asyncio.CancelledError:
                 raise
             except Exception:  # never lose an item silently
-                log.exception("item %s failed", guard.short(request.request_id))
+                log.exception("item %s failed", guard.loggable(str(getattr(request, "request_id", ""))))
                 await answer(request, failure=_internal())
 
         async def start(request: Any) -> None:
@@ -431,6 +432,16 @@ def _check_envelope(request: Any) -> None:
             FailureKind.INVALID_METADATA,
             f"{len(request.request_id)} characters, above the limit of {guard.MAX_REQUEST_ID_CHARS}",
             "request_id",
+            errors.Reason.INVALID_REQUEST_ID,
+        )
+    at = guard.control_char(request.request_id)
+    if at >= 0:  # it is echoed into verdicts, results files and logs: no line breaks, NUL or escapes
+        raise _invalid(
+            FailureKind.INVALID_METADATA,
+            f"control character U+{ord(request.request_id[at]):04X} at position {at}: a request_id must be "
+            "printable text",
+            "request_id",
+            errors.Reason.INVALID_REQUEST_ID,
         )
 
 

@@ -227,6 +227,26 @@ def _special_body(entry: dict[str, Any], proc: Proc) -> int:
         status = _raw_http(proc.port, head + b"Content-Length: 100\r\n\r\n", b'{"items": [')
         assert time.monotonic() - start < 8, "a stalled body must be dropped after the read timeout"
         return status
+    if entry["body"] in ("$stalled_head", "$silent"):  # closed by the server after its header timeout (1 s here)
+        start = time.monotonic()
+        partial = b"GET /info HTTP/1.1\r\nHost: 127." if entry["body"] == "$stalled_head" else b""
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as s:
+            s.sendall(partial)
+            closed = s.recv(64) == b""
+        assert closed and time.monotonic() - start < 8, "a connection without a request head must be closed"
+        return 0
+    if entry["body"] in ("$queue_json", "$queue_binary"):  # NEGT2I_MAX_QUEUE is 64 (the default)
+        spec = STAGE_TABLE[entry["stage"]]
+        url = f"{proc.url}/{spec.route}"
+        if entry["body"] == "$queue_json":
+            items = [{"image": {"data": ""}, "masks": [], "class_names": [], "answers": ["red"]}] * 65
+            r = httpx.post(url, json={"items": items}, timeout=30, trust_env=False)
+        else:
+            msg = spec.request(items=[spec.item(image=adapter.image_to_proto(images()["$png"]))] * 65)
+            headers = {"content-type": adapter.PROTOBUF_TYPE}
+            r = httpx.post(url, content=msg.SerializeToString(), headers=headers, timeout=30, trust_env=False)
+        assert "NEGT2I_MAX_QUEUE" in r.text and "at most 64 items per request" in r.text, r.text
+        return r.status_code
     raise AssertionError(entry["body"])
 
 
