@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
-from negt2i.geometry import MaskStats, facing_surface, gap, mask_stats, mean_radius
+from negt2i.geometry import FacingPair, MaskStats, facing_pairs, gap, mask_stats, mean_radius
 from negt2i.perception import Detections
 from negt2i.spec import Polarity
 from negt2i.vocab import OVER_COUNT_EXEMPT
@@ -113,18 +113,21 @@ def directional_predicates(mask_a: BoolMask, mask_b: BoolMask, config: RuleConfi
 # --------------------------------------------------------------------------- proximity
 
 
-def measure_proximity(a: BoolMask | MaskStats, b: BoolMask | MaskStats, config: RuleConfig = CURRENT) -> Measurement:
+def measure_proximity(
+    a: BoolMask | MaskStats, b: BoolMask | MaskStats, config: RuleConfig = CURRENT, *, measured_gap: float | None = None
+) -> Measurement:
     """Proximity rule: ``near`` iff g < gamma * R, ``far from`` iff g >= gamma * R.
 
     g = minimum distance between pixel centres of the masks (0 if they overlap),
     R = (sqrt(|A|/pi) + sqrt(|B|/pi)) / 2, gamma = 0.75 (previous: 0.50). Exactly one
-    predicate fires for every pair of non-empty masks.
+    predicate fires for every pair of non-empty masks. ``measured_gap`` is g when the
+    caller measured the image's pairs together (``geometry.gaps``; the verdict does).
     """
     sa, sb = _pair(a, b)
     if sa.empty or sb.empty:
         return _degenerate("proximity", sa, sb)
     gamma = config.proximity.gap_factor
-    g = gap(sa, sb)
+    g = gap(sa, sb) if measured_gap is None else measured_gap
     r = mean_radius(sa, sb)
     fired = "near" if g < gamma * r else "far from"
     values: dict[str, Number | str] = {
@@ -185,6 +188,7 @@ def measure_depth(
     config: RuleConfig = CURRENT,
     *,
     disparity_range: float | None = None,
+    facing: FacingPair | None = None,
 ) -> Measurement:
     """Depth rule on facing surfaces with coupled confidence (Table 15).
 
@@ -193,6 +197,9 @@ def measure_depth(
     predicate fires only if |delta_A - delta_B| / Delta >= beta0 + beta1 * g / R
     (beta0 = 0.05, beta1 = 0.10): ``in front of`` if delta_A > delta_B, ``behind``
     if delta_A < delta_B. Larger disparity is closer to the camera.
+
+    ``facing`` is the pair's ``geometry.facing_pairs`` result when the caller measured
+    several pairs of the image at once (the verdict does); it is computed here otherwise.
     """
     sa, sb = _pair(a, b)
     disp = np.asarray(disparity)
@@ -202,11 +209,10 @@ def measure_depth(
         return _degenerate("depth", sa, sb)
     cfg = config.depth
     span = float(disp.max() - disp.min()) if disparity_range is None else float(disparity_range)
-    g = gap(sa, sb)
+    if facing is None:
+        facing = facing_pairs([(sa, sb)], cfg.facing_window)[0]
+    g, fa, fb = facing.gap, facing.a, facing.b
     r = mean_radius(sa, sb)
-    limit = g + cfg.facing_window
-    fa = facing_surface(sa, sb, limit)
-    fb = facing_surface(sb, sa, limit)
     mean_a = float(disp[fa].mean(dtype=np.float64))
     mean_b = float(disp[fb].mean(dtype=np.float64))
     required = cfg.base_margin + cfg.separation_slope * g / r

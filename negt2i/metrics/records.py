@@ -126,6 +126,8 @@ class ImageRow:
     """The corpus prompt a control / paraphrase prompt was made from."""
     form: str | None = None
     """The wording of a paraphrase prompt."""
+    tag: str | None = None
+    """GenEval's ``tag`` of the prompt (its task for GenEval prompts; the category name for ours)."""
 
     @property
     def where(self) -> str:
@@ -213,6 +215,7 @@ def parse_line(rec: Mapping[str, Any], *, source: str = "<memory>", line: int = 
         "config_digest": str(cfg_digest) if cfg_digest else None,
         "models": models,
         "evaluator_version": _optional_str(rec, "evaluator_version", where),
+        "tag": _optional_str(rec, "tag", where),
     }
     if status == "error":
         if rec.get("correct", False) is not False:
