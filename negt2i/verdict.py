@@ -241,10 +241,13 @@ def _object_verdict(index: int, sel: InstanceSelection, measurements: dict[str, 
 class _Masks:
     """Relation masks of counted instances, measured once per image."""
 
-    def __init__(self, perception: ImagePerception, config: RuleConfig) -> None:
+    def __init__(
+        self, perception: ImagePerception, config: RuleConfig, shared: dict[tuple[int, bool], MaskStats] | None = None
+    ) -> None:
         self.perception = perception
         self.refine = config.masks.refine
         self.cache: dict[int, MaskStats] = {}
+        self.shared = shared
         self.facing: dict[tuple[int, int], FacingPair] = {}
         self.gaps: dict[tuple[int, int], float] = {}
 
@@ -256,6 +259,8 @@ class _Masks:
         """
         if category not in (Category.PROXIMITY, Category.DEPTH):
             return
+        if category is Category.DEPTH and config.depth.rule != "facing_surfaces":
+            return  # the contact band measures its own surfaces (``rules.measure_depth_contact_band``)
         todo = [p for p in dict.fromkeys(pairs) if p[0] != p[1]]
         todo = [p for p in todo if not (self.stats(p[0]).empty or self.stats(p[1]).empty)]
         stats = [(self.stats(a), self.stats(b)) for a, b in todo]
@@ -265,6 +270,8 @@ class _Masks:
             self.facing.update(zip(todo, facing_pairs(stats, config.depth.facing_window), strict=True))
 
     def stats(self, det: int) -> MaskStats:
+        if det not in self.cache and self.shared is not None and (det, self.refine) in self.shared:
+            self.cache[det] = self.shared[(det, self.refine)]
         if det not in self.cache:
             if self.refine:
                 refined = self.perception.refined
@@ -277,6 +284,8 @@ class _Masks:
             else:
                 mask = self.perception.detections.masks[det]
             self.cache[det] = mask_stats(mask)
+            if self.shared is not None:
+                self.shared[(det, self.refine)] = self.cache[det]
         return self.cache[det]
 
 
@@ -363,13 +372,23 @@ def _unevaluated(cause: FailureCause, involved: Sequence[ObjectVerdict]) -> dict
     }
 
 
-def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURRENT) -> Verdict:
-    """Judge one image's perception against a prompt; see the module docstring for the rules."""
+def judge(
+    prompt: Prompt,
+    perception: ImagePerception,
+    config: RuleConfig = CURRENT,
+    *,
+    mask_cache: dict[tuple[int, bool], MaskStats] | None = None,
+) -> Verdict:
+    """Judge one image's perception against a prompt; see the module docstring for the rules.
+
+    ``mask_cache``: mask measurements (``MaskStats``, keyed by detection index and whether the mask is the
+    refined one) kept across calls on the same perception, for re-judging one image under many configs
+    (``negt2i.rejudge``); the verdict is the same with or without it."""
     selections = [select_instances(perception.detections, obj.class_name, obj.count, config) for obj in prompt.objects]
     objects = [
         _object_verdict(i, sel, object_measurements(sel, perception, config)) for i, sel in enumerate(selections)
     ]
-    masks = _Masks(perception, config)
+    masks = _Masks(perception, config, mask_cache)
     statements: list[StatementVerdict] = []
     probes: list[StatementVerdict] = []
     reasons: list[str] = []

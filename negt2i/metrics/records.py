@@ -94,6 +94,9 @@ class StatementRow:
     """Evaluated with an empty fired set (no predicate resolved): a dead-zone pass when negated and passed."""
     outcome: str | None = None
     """What the image shows whatever the polarity: ``holds`` / ``not`` / ``dead_zone``; ``None`` if not evaluated."""
+    objects: tuple[int, ...] = ()
+    """The ``include`` indices the statement is about (attribute: its object; relation: subject, target);
+    empty for results written without them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +300,10 @@ def _statement_rows(items: Any, name: str, where: str) -> tuple[StatementRow, ..
         if outcome is not None and (outcome not in _OUTCOMES or not evaluated):
             raise ResultsFormatError(f"{where}: {field}.outcome must be one of {_OUTCOMES} (evaluated only), "
                                      f"got {outcome!r}")  # fmt: skip
-        out.append(StatementRow(polarity, passed, evaluated, cause, empty, outcome))
+        objs = st.get("objects") or []
+        if not isinstance(objs, list) or not all(type(o) is int and o >= 0 for o in objs):
+            raise ResultsFormatError(f"{where}: {field}.objects must be a list of object indices, got {objs!r}")
+        out.append(StatementRow(polarity, passed, evaluated, cause, empty, outcome, tuple(objs)))
     return tuple(out)
 
 
