@@ -490,7 +490,7 @@ def evaluate(
         raise ValueError(f"workers must be >= 0, got {workers}")
     selected = list(jobs[:limit] if limit is not None else jobs)
     models = stages.models()
-    pipeline = Pipeline(stages, config)
+    pipeline = Pipeline(stages, config, complete=save_perception is not None)
     from tqdm import tqdm
 
     from negt2i.perception_file import PerceptionWriter

@@ -131,7 +131,9 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         served: dict[str, common_pb2.StageService] = {"detector": detector}
         # the flow's checks and judging (distance transforms over whole masks) run on a worker thread,
         # never on the event loop
-        req = await asyncio.to_thread(flow.begin, prompt, det, hw, self.config)
+        req = await asyncio.to_thread(
+            functools.partial(flow.begin, complete=request.include_perception), prompt, det, hw, self.config
+        )
         calls: dict[str, Any] = {}
         if req.refine is not None:
             calls["refined"] = self.stages.segment(data, req.refine.boxes, req.refine.reference_masks, hw, deadline)
@@ -153,7 +155,8 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             stages=[served[s] for s in STAGES if s in served],
         )
         if request.include_perception:  # RLE-encodes every mask: on a worker thread, never on the event loop
-            response.perception.CopyFrom(await asyncio.to_thread(adapter.perception_to_proto, perception))
+            packed = await asyncio.to_thread(adapter.perception_to_proto, perception, self.stages.depth_encoding)
+            response.perception.CopyFrom(packed)
         return response
 
     async def _admit(self, request: Any, deadline: float) -> Any:

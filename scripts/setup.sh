@@ -43,6 +43,28 @@ setup_node() {
 }
 setup_node
 
+# Debian's chromium for the labelling page's browser test (tests/annotation/test_labelling_page.py, driven over
+# the DevTools protocol). In CI it is installed with apt-get when missing (root and apt-get needed) and its
+# absence is an error; elsewhere its absence is reported and that one test is skipped.
+setup_chromium() {
+    command -v chromium >/dev/null 2>&1 && return 0
+    case "${CI:-}" in
+        1 | true | TRUE | True | yes)
+            if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+                echo "setup: apt-get install chromium (browser test)"
+                apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+                command -v chromium >/dev/null 2>&1 && return 0
+            fi
+            echo "setup: chromium not found and not installable here; CI needs Debian's chromium for" \
+                "tests/annotation/test_labelling_page.py (apt-get install chromium)" >&2
+            exit 1
+            ;;
+    esac
+    echo "setup: chromium not found: the labelling page's browser test will be skipped (apt-get install chromium)" >&2
+}
+setup_chromium
+
 stamp_key=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 stamp=.venv/.setup-$stamp_key
 if [ -f "$stamp" ]; then

@@ -143,6 +143,7 @@ class DiffusersGenerator:
             "scheduler": type(scheduler).__name__ if scheduler is not None else None,
             "revision": self._revision,
             "components": {c.name: c.resolved_source() for c in self.spec.components},
+            "guidance": self.spec.guidance_record(),
         }
 
     def generate(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[PILImage.Image]:
@@ -160,6 +161,8 @@ class DiffusersGenerator:
             call["num_inference_steps"] = spec.steps
         if spec.guidance is not None:
             call[spec.guidance_arg] = spec.guidance
+        if spec.cfg_unconditional is not None:  # content-free: switches CFG on where only a negative prompt does
+            call["negative_prompt"] = [spec.cfg_unconditional] * len(prompts)
         call.update(dict(spec.options))
         with torch.inference_mode():
             images = list(self.pipe(**call).images)

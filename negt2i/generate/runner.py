@@ -391,6 +391,7 @@ def generate(
                     "steps": spec.steps,
                     "guidance": spec.guidance,
                     "guidance_arg": spec.guidance_arg,
+                    "guidance_in_effect": spec.guidance_record(),
                     "resolution": [spec.width, spec.height],
                     "image_size": list(image.size),
                     "dtype": spec.dtype,

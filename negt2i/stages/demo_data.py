@@ -66,6 +66,11 @@ def _box(rng: np.random.Generator, size: int, lo: float, hi: float) -> tuple[int
 
 def scene_for(record: dict[str, Any], rng: np.random.Generator, size: int = 128) -> Image:
     """One image for a prompt record: its objects at random places (sometimes one missing or doubled)."""
+    return render_scene(scene_objects(record, rng, size), (size, size))
+
+
+def scene_objects(record: dict[str, Any], rng: np.random.Generator, size: int = 128) -> list[SceneObject]:
+    """The objects ``scene_for`` draws (its synthetic truth), in drawing order."""
     classes = [o["class"] for o in record["include"]]
     category = Category(record["category"])
     roll = float(rng.random())
@@ -82,7 +87,7 @@ def scene_for(record: dict[str, Any], rng: np.random.Generator, size: int = 128)
     if 0.08 <= roll < 0.14 and objs:
         first = objs[0]
         objs.append(SceneObject(first.class_name, _box(rng, size, 0.1, 0.2), value=first.value))  # an over-count
-    return render_scene(objs, (size, size))
+    return objs
 
 
 def demo_entries(
@@ -94,9 +99,63 @@ def demo_entries(
         yield record, [scene_for(record, rng, size) for _ in range(samples)]
 
 
-def write_demo(root: str | Path, prompts: int = 12, samples: int = 4, seed: int = 0, size: int = 128) -> list[Path]:
-    """Write a GenEval-layout folder; returns the image paths in job order."""
-    return write_geneval_layout(root, list(demo_entries(prompts, samples, seed, size)))
+def write_demo(
+    root: str | Path,
+    prompts: int = 12,
+    samples: int = 4,
+    seed: int = 0,
+    size: int = 128,
+    *,
+    coco: str | Path | None = None,
+) -> list[Path]:
+    """Write a GenEval-layout folder; returns the image paths in job order. ``coco``: also write the scenes'
+    synthetic truth as COCO instances JSON (``negt2i calibrate --labels``): one annotation per drawn object,
+    ``file_name`` the image's path under ``root`` (the results line's ``filename``)."""
+    rng = np.random.default_rng(seed + 1)
+    entries: list[tuple[dict[str, Any], list[Image]]] = []
+    truth: list[tuple[str, list[SceneObject]]] = []
+    for k, record in enumerate(prompt_records(prompts, seed)):
+        images = []
+        for j in range(samples):
+            objs = scene_objects(record, rng, size)
+            images.append(render_scene(objs, (size, size)))
+            truth.append((f"{k:05d}/samples/{j:04d}.png", objs))
+        entries.append((record, images))
+    paths = write_geneval_layout(root, entries)
+    if coco is not None:
+        write_coco_truth(coco, truth, size)
+    return paths
+
+
+def write_coco_truth(path: str | Path, truth: list[tuple[str, list[SceneObject]]], size: int) -> None:
+    """COCO instances JSON of drawn scenes: images, one bbox annotation per object, the COCO categories."""
+    import json
+
+    from negt2i.vocab import COCO_CLASSES
+
+    cat_id = {name: k + 1 for k, name in enumerate(COCO_CLASSES)}
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    for i, (name, objs) in enumerate(truth, start=1):
+        images.append({"id": i, "file_name": name, "height": size, "width": size})
+        for o in objs:
+            x0, y0, x1, y1 = o.box
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": i,
+                    "category_id": cat_id[o.class_name],
+                    "bbox": [x0, y0, x1 - x0, y1 - y0],
+                    "area": (x1 - x0) * (y1 - y0),
+                    "iscrowd": 0,
+                }
+            )
+    data = {"images": images, "annotations": annotations,
+            "categories": [{"id": k, "name": n} for n, k in cat_id.items()]}  # fmt: skip
+    out = Path(path)
+    if out.parent != Path():
+        out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data) + "\n", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,9 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--size", type=int, default=128)
+    p.add_argument("--coco", metavar="PATH", help="also write the scenes' synthetic truth as COCO instances JSON")
     a = p.parse_args(argv)
-    paths = write_demo(a.out, a.prompts, a.samples, a.seed, a.size)
-    print(f"{len(paths)} images of {a.prompts} prompts under {a.out}")
+    paths = write_demo(a.out, a.prompts, a.samples, a.seed, a.size, coco=a.coco)
+    print(f"{len(paths)} images of {a.prompts} prompts under {a.out}" + (f"; truth in {a.coco}" if a.coco else ""))
     return 0
 
 
