@@ -697,7 +697,7 @@ def submit(
 
     from negt2i.evaluate import Loaded, error_line, finish_summary, plan_run, read_job
     from negt2i.perception_file import PerceptionWriter
-    from negt2i.results import ResultsWriter
+    from negt2i.results import ResultsFileError, ResultsWriter
     from negt2i.wire import adapter
 
     writer = ResultsWriter(out)  # the one writer, locked before anything is sent
@@ -849,6 +849,9 @@ def submit(
                         outcome.answers += 1
                         stream_failures = 0
                         handle(resp)
+                except ResultsFileError:  # the results file cannot be written (full disk): not the stream's fault
+                    call.cancel()
+                    raise
                 except Exception as exc:  # grpc.RpcError: the stream itself failed
                     err = _error(exc)
                     if stalled:

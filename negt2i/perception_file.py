@@ -135,7 +135,9 @@ class PerceptionWriter:
 
     def write_record(self, record: dict[str, Any]) -> None:
         """Append a ``perception_record`` (made elsewhere, e.g. on a worker thread) as a whole line."""
-        self._fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+        from negt2i.results import dumps_line  # file names that are not UTF-8 written as the results file does
+
+        self._fh.write(dumps_line(record) + "\n")
         self._fh.flush()
 
     def close(self) -> None:

@@ -161,15 +161,17 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
 
     async def _admit(self, request: Any, deadline: float) -> Any:
         """The admission ticket of a request (``orchestrator.admission``), or a RESOURCE_EXHAUSTED ``Failure``."""
+        held = 0
         if isinstance(request, guard.BadMessage):
             cost = 0
         else:
+            held = request.ByteSize()  # the received message, held while the item waits
             data = request.image.data
             # an oversized image is refused by judge_item; its header is not worth reading. Reading a header
             # walks a JPEG's segments (up to the image limit): on a worker thread, never on the event loop
             cost = len(data) if len(data) > self.settings.max_image_bytes else await asyncio.to_thread(item_cost, data)
         try:
-            return await self.admission.acquire(cost, deadline)
+            return await self.admission.acquire(cost, deadline, held)
         except Overloaded as exc:
             raise Failure(FailureKind.STAGE_ERROR, exc.message, code="RESOURCE_EXHAUSTED",
                           reason=errors.Reason.SERVER_OVERLOADED) from None  # fmt: skip
@@ -507,7 +509,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         credentials = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"orchestrator: TLS: {exc}") from None
-    interceptors = [TokenAuth(settings.auth_token)] if settings.auth_token else []
+    # the token first (a refused call is never counted), then the bound on open calls
+    interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuth(settings.auth_token)] if settings.auth_token else []
+    interceptors.append(guard.CallLimit(settings.max_calls))
     server = grpc.aio.server(options=options, interceptors=interceptors)
     evaluator = Evaluator(settings, stages, config, corpus)
     guard.add_evaluator(evaluator, server, settings.max_message_bytes)

@@ -43,6 +43,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 
+from negt2i.files import open_regular, read_regular
 from negt2i.generate.presets import DEFAULT_SEEDS, ModelSpec
 from negt2i.generate.registry import GenerateError, Generator, create, preflight
 from negt2i.spec import Prompt, dumps_prompt
@@ -120,8 +121,9 @@ def prompts_digest(prompts: Sequence[Prompt]) -> str:
 
 
 def _sha256(path: Path) -> str:
+    """SHA-256 of a regular file's bytes; a FIFO or device raises ``SpecialFileError`` (an ``OSError``) at once."""
     h = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open_regular(path) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -229,8 +231,8 @@ class OutputFolder:
         if not png.exists():
             return "missing"
         try:
-            prov = json.loads((self.root / sample.provenance_name).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            prov = json.loads(read_regular(self.root / sample.provenance_name))
+        except (OSError, ValueError):  # unreadable, not a regular file, not JSON: made again
             return "partial"
         if not isinstance(prov, dict):
             return "partial"
@@ -247,7 +249,11 @@ class OutputFolder:
             )
         if prov.get("seed") != sample.seed or prov.get("prompt_id") != sample.prompt.id:
             return "partial"
-        return "done" if prov.get("image_sha256") == _sha256(png) else "partial"
+        try:
+            digest = _sha256(png)
+        except OSError:  # unreadable, or not a regular file (a FIFO is never opened): made again
+            return "partial"
+        return "done" if prov.get("image_sha256") == digest else "partial"
 
     def ensure_metadata(self, sample: Sample) -> None:
         """Write ``<folder>/metadata.jsonl`` once; an existing one must hold this prompt."""
@@ -412,7 +418,7 @@ def generate(
             if state == "done":
                 summary.skipped += 1
                 if scorer is not None:  # the scorer skips it when its line matches the file's content
-                    scorer.submit(_job(root, sample), (root / sample.filename).read_bytes())
+                    scorer.submit(_job(root, sample), read_regular(root / sample.filename))
                 continue
             summary.regenerated += state == "partial"
             todo.append(sample)

@@ -27,6 +27,7 @@ from numpy.typing import NDArray
 
 from negt2i import images, rle
 from negt2i.failures import Failure, FailureKind
+from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
 from negt2i.perception import (
     AttributeScores,
     BoolMask,
@@ -542,11 +543,11 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
         if size > MAX_EXTRA_BYTES:
             raise WireError(f"{size} bytes, above the limit of {MAX_EXTRA_BYTES}", field=f"{field}.extra_json")
         try:
-            extra = json.loads(msg.extra_json)
-        except json.JSONDecodeError as exc:
-            raise WireError(f"not valid JSON ({exc.msg})", field=f"{field}.extra_json") from None
-        except RecursionError:
+            extra = parse_json(msg.extra_json)
+        except JsonTooDeep:
             raise WireError(f"nested deeper than {MAX_EXTRA_DEPTH} levels", field=f"{field}.extra_json") from None
+        except JsonError as exc:  # not JSON, or a number of more than 4,300 digits
+            raise WireError(f"not valid JSON ({exc})", field=f"{field}.extra_json") from None
         if not isinstance(extra, dict):
             raise WireError("must be a JSON object", field=f"{field}.extra_json")
         for key in extra:

@@ -137,6 +137,8 @@ GRPC: list[dict[str, Any]] = [
     _g("extra_json nested 100,000 deep", _p(extra_json={"$nest": 100_000}), field="extra_json"),
     _g("extra_json nested 40 deep", _p(extra_json={"$nest": 40}), field="extra_json"),
     _g("extra_json of 100 KB", _p(extra_json={"$extra_bytes": 100_000}), field="extra_json"),
+    _g("extra_json with a number of 5,000 digits", _p(extra_json='{"n": ' + "7" * 5000 + "}"),
+       field="more than 4300 digits"),
     _g("extra_json restating a wrong setting", _p(extra_json='{"setting": "pos3_neg0"}'), field="setting"),
     _g("setting that disagrees with the statements", _p(setting="pos3_neg0"), field="prompt.setting"),
     _g("extra_json naming a key that has a field", _p(extra_json='{"category": "color"}'), field="extra_json"),
@@ -230,6 +232,9 @@ HTTP: list[dict[str, Any]] = [
     _h("unknown depth encoding name", "depth", {"image": {"data": "$png"}, "encoding": "BOGUS"}, field="items[0]"),
     _h("depth item with a string image", "depth", {"image": "abc"}, field="items[0]"),
     # and what must still work
+    _h("PNG with odd EXIF (issue 31)", "detector", {"image": {"data": "$odd_exif_png"}}, status=None),
+    _h("JPEG with odd EXIF (issue 31)", "segmenter", {**SEG, "image": {"data": "$odd_exif_jpeg"}}, status=None),
+    _h("WebP with odd EXIF (issue 31)", "depth", {"image": {"data": "$odd_exif_webp"}}, status=None),
     _h("good segmenter item", "segmenter", SEG, status=None),
     _h("good depth item with float32", "depth", {"image": {"data": "$png"}, "encoding": "DEPTH_ENCODING_FLOAT32"},
        status=None),

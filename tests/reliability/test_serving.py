@@ -494,3 +494,36 @@ def test_info_is_served_past_the_request_cap(rel_tmp: Path) -> None:
         for s in socks:
             s.close()
         proc.kill()
+
+
+def test_open_calls_are_bounded_before_their_messages_are_read(rel_urls: dict[str, str], rel_tmp: Path) -> None:
+    """NEGT2I_MAX_CALLS=2 and two open streams: a third call is answered RESOURCE_EXHAUSTED (reason
+    SERVER_OVERLOADED, with the rich error model, so clients retry it) without its message being read; health
+    checks are not counted; once a stream ends, calls are served again."""
+    import queue
+
+    from grpc_status import rpc_status
+
+    orch = start_orchestrator(rel_urls, rel_tmp, env={"NEGT2I_MAX_CALLS": "2"})
+    try:
+        assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
+        prompt = parse_prompt(PROMPT)
+        with EvaluatorClient(orch.target, attempts=1) as client:
+            feeds: list[queue.Queue[Any]] = [queue.Queue(), queue.Queue()]
+            calls = [client.stream_call(iter(q.get, None), timeout=60) for q in feeds]
+            for call in calls:
+                call.initial_metadata()  # both streams are open
+            with pytest.raises(grpc.RpcError) as info:
+                client.stub.Evaluate(make_request(images()["$png"], prompt=prompt), timeout=10)
+            err = info.value
+            assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "at capacity" in (err.details() or "")
+            status = rpc_status.from_call(err)
+            assert status is not None and status.details, "no rich error model: clients would not retry"
+            assert client.health() == "SERVING"
+            feeds[0].put(None)
+            list(calls[0])
+            assert client.evaluate(images()["$png"], prompt=prompt).verdict is not None
+            feeds[1].put(None)
+            list(calls[1])
+    finally:
+        orch.kill()
