@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test lint typecheck unit report-sample bench bench-pipeline evaluate weights clean protos protos-dist
+.PHONY: setup test test-pythons lint typecheck unit report-sample bench bench-pipeline evaluate weights clean protos protos-dist
 
 setup:
 	@scripts/setup.sh
@@ -19,6 +19,11 @@ unit: setup
 
 # The README's test command: lint, strict types on negt2i/, and the whole test suite.
 test: lint typecheck unit
+
+# The pure core's smoke subset on Python 3.12 and 3.13 (.venv-3.12/, .venv-3.13/; no torch); CI runs it after
+# `make test`. PYTHONS="3.13" picks versions.
+test-pythons:
+	@scripts/smoke_pythons.sh
 
 # Regenerate the committed sample report (docs/report-sample/); tests/metrics/test_report_sample.py checks it.
 report-sample: setup

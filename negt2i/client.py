@@ -80,8 +80,15 @@ class ClientError(RuntimeError):
 
     @property
     def retryable(self) -> bool:
-        """Whether sending the same request again may succeed (RESOURCE_EXHAUSTED / UNAVAILABLE, except an
-        oversized message)."""
+        """Whether sending the same request again may succeed: UNAVAILABLE; RESOURCE_EXHAUSTED from the
+        orchestrator (its rich error model says so: not an oversized message); CANCELLED that this client did
+        not ask for (gRPC cancels calls still running when a server ends an old connection: documented in
+        docs/api.md). A RESOURCE_EXHAUSTED without the rich error model comes from gRPC's transport (a message
+        or metadata over its limits): sending it again cannot succeed."""
+        if self.code == "CANCELLED":
+            return self.failure is None
+        if self.code == "RESOURCE_EXHAUSTED" and self.failure is None:
+            return False
         return self.code in RETRYABLE and self.reason != "MESSAGE_TOO_LARGE"
 
 
@@ -157,6 +164,65 @@ def _rich_failure(exc: Exception) -> Failure | None:
     return None if status is None else errors.failure_from_status(status)
 
 
+CONNECT_TIMEOUT_S: Final = 5.0
+"""``wait_serving``: how long a health check may go unanswered before the orchestrator is called unreachable."""
+
+
+def unreachable(target: str, exc: Exception | None, tls: Tls | None, waited: float) -> str:
+    """One sentence on why nothing at ``target`` answered (from gRPC's error text): nothing listens, a TLS
+    handshake failed (TLS on one side only, or a certificate the other side refuses), or no answer at all."""
+    details = str(exc.details() if exc is not None and hasattr(exc, "details") else exc or "")
+    low = details.lower()
+    cut = details if len(details) <= 300 else details[:297] + "..."
+    if any(k in low for k in ("ssl", "handshake", "certificate", "tls", "wrong_version")):
+        hint = ("the server may speak plaintext (drop --tls-ca / --tls-cert), or not trust this client's "
+                "certificate, or its certificate is not signed by --tls-ca" if tls is not None
+                else "the server speaks TLS: pass --tls-ca (and --tls-cert / --tls-key for mutual TLS)")  # fmt: skip
+        return f"the TLS handshake with {target} failed: {hint} ({cut})"
+    if "connection refused" in low:
+        return f"nothing listens at {target} (connection refused): start the orchestrator or check --orchestrator"
+    if any(k in low for k in ("socket closed", "connection reset", "end of tcp stream", "eof")):
+        if tls is None:
+            return (f"{target} closed the connection while it was being set up: the server may require TLS "
+                    f"(pass --tls-ca) ({cut})")  # fmt: skip
+        return (f"{target} closed the TLS connection while it was being set up: the server may require a client "
+                f"certificate (--tls-cert / --tls-key) or not trust this one, or not speak TLS ({cut})")  # fmt: skip
+    return f"no answer from the orchestrator at {target} within {waited:.0f} s ({cut or 'no connection'})"
+
+
+def needed_health(jobs: Sequence[Job]) -> list[str]:
+    """The health names a run of ``jobs`` needs SERVING: one per category of its prompts
+    (``negt2i.v1.Evaluator/category/<category>``; the detector's stage for prompts without statements), and
+    the whole service when a job names a corpus prompt by id (its category is known to the server only). Jobs
+    that already failed locally (no metadata) need nothing."""
+    names: list[str] = []
+    for job in jobs:
+        if job.error is not None:
+            continue
+        if job.prompt is None:
+            return [HEALTH_SERVICE]
+        category = job.prompt.category
+        names.append(f"{HEALTH_SERVICE}/category/{category.value}" if category is not None
+                     else f"{HEALTH_SERVICE}/stage/detector")  # fmt: skip
+    return sorted(set(names)) or [HEALTH_SERVICE]
+
+
+def needed_stages(jobs: Sequence[Job], config: RuleConfig) -> set[str]:
+    """The stages a run of ``jobs`` may call (``negt2i.plan.category_stages``; every stage when a job names a
+    corpus prompt by id)."""
+    from negt2i.plan import category_stages
+    from negt2i.stages.registry import STAGES
+
+    out: set[str] = set()
+    for job in jobs:
+        if job.error is not None:
+            continue
+        if job.prompt is None:
+            return set(STAGES)
+        out.update(category_stages(job.prompt.category, config))
+    return out
+
+
 def item_transient(err: evaluator_pb2.ItemError) -> bool:
     """Whether a stream item answered with ``err`` is left for a rerun rather than written as an error line
     (its code is in ``TRANSIENT``, and it is not an oversized message: see ``item_retryable``)."""
@@ -197,6 +263,7 @@ class EvaluatorClient:
         self.attempts = max(1, attempts)
         self.metadata = metadata(token_from_env() if token is None else token)
         tls = Tls.from_env() if tls is None else tls
+        self.tls = tls
         self.channel = open_channel(target, max_message_bytes=max_message_bytes, tls=tls)
         self.stub = evaluator_pb2_grpc.EvaluatorStub(self.channel)
 
@@ -231,6 +298,61 @@ class EvaluatorClient:
                 pass
             time.sleep(interval)
         return False
+
+    def wait_serving(
+        self,
+        services: Sequence[str] = (HEALTH_SERVICE,),
+        *,
+        timeout: float = 60.0,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        interval: float = 0.25,
+        partial: bool = False,
+    ) -> list[str]:
+        """Poll health until every name in ``services`` is SERVING (``needed_health`` gives the names a run
+        needs); returns the names still not SERVING (empty). ``ClientError`` (UNAVAILABLE) with one clear
+        sentence when nothing answers a health check within ``connect_timeout`` seconds (nothing listens, or TLS
+        on one side only: ``unreachable``), or when a name is still not SERVING after ``timeout`` seconds (the
+        names are listed); with ``partial``, the names not SERVING then are returned instead when at least one
+        name is SERVING (a run judges what it can; the rest is left for a rerun)."""
+        import time
+
+        import grpc
+
+        start = time.monotonic()
+        names = list(dict.fromkeys(services)) or [HEALTH_SERVICE]
+        answered = False
+        last: Exception | None = None
+        waiting = names
+        while True:
+            left = start + timeout - time.monotonic()
+            try:
+                now_waiting = []
+                for name in names:
+                    try:
+                        status = self.health(name, timeout=max(0.1, min(5.0, left, connect_timeout)))
+                    except grpc.RpcError as exc:
+                        if exc.code() != grpc.StatusCode.NOT_FOUND:  # a name an older server does not report
+                            raise
+                        status = self.health(HEALTH_SERVICE, timeout=max(0.1, min(5.0, left)))
+                    answered = True
+                    if status != "SERVING":
+                        now_waiting.append(name)
+                waiting = now_waiting
+                if not waiting:
+                    return []
+            except grpc.RpcError as exc:
+                last = exc
+            elapsed = time.monotonic() - start
+            if not answered and elapsed >= min(connect_timeout, timeout):
+                raise ClientError("UNAVAILABLE", unreachable(self.target, last, self.tls, elapsed))
+            if elapsed >= timeout:
+                if partial and answered and len(waiting) < len(names):
+                    return waiting
+                what = ", ".join(n.rsplit("/", 2)[-2] + " " + n.rsplit("/", 1)[-1] if "/" in n else "the service"
+                                 for n in waiting)  # fmt: skip
+                raise ClientError("UNAVAILABLE", f"the orchestrator at {self.target} is not SERVING after "
+                                  f"{timeout:.0f} s (not yet serving: {what})")  # fmt: skip
+            time.sleep(interval)
 
     def info(self) -> evaluator_pb2.ServiceInfo:
         """Versions of the orchestrator and of every stage model."""
@@ -575,7 +697,7 @@ def submit(
 
     from negt2i.evaluate import Loaded, error_line, finish_summary, plan_run, read_job
     from negt2i.perception_file import PerceptionWriter
-    from negt2i.results import ResultsWriter
+    from negt2i.results import ResultsFileError, ResultsWriter
     from negt2i.wire import adapter
 
     writer = ResultsWriter(out)  # the one writer, locked before anything is sent
@@ -587,13 +709,20 @@ def submit(
         raise
     try:
         info = cl.info()
-        missing = [s.stage for s in info.stages if not s.model.model]
-        if missing:
-            raise ClientError("UNAVAILABLE", f"the orchestrator has not reached {', '.join(missing)} yet; retry")
         config = _rules_from_info(info)
-        models = adapter.models_record(list(info.stages))
-        services = adapter.services_record(list(info.stages))
         selected = list(jobs[:limit] if limit is not None else jobs)
+        # only the stages these jobs' categories need must be known (a colour-only folder runs with the
+        # segmenter down); the results lines record the models of the stages the orchestrator has reached
+        need = needed_stages(selected, config)
+        missing = [s.stage for s in info.stages if not s.model.model and s.stage in need]
+        if "detector" in missing or len(missing) == len(need):  # nothing could be judged
+            raise ClientError("UNAVAILABLE", f"the orchestrator has not reached {', '.join(missing)} yet; retry")
+        if missing:  # the items that need them are answered UNAVAILABLE at once and left for a rerun
+            print(f"warning: the orchestrator has not reached {', '.join(missing)}: images that need it are left "
+                  "for a rerun", file=sys.stderr)  # fmt: skip
+        known = [s for s in info.stages if s.model.model]
+        models = adapter.models_record(known)
+        services = adapter.services_record(known)
         todo, summary = plan_run(
             writer, selected, config, models, retry_errors=retry_errors, replace_changed=replace_changed
         )
@@ -720,6 +849,9 @@ def submit(
                         outcome.answers += 1
                         stream_failures = 0
                         handle(resp)
+                except ResultsFileError:  # the results file cannot be written (full disk): not the stream's fault
+                    call.cancel()
+                    raise
                 except Exception as exc:  # grpc.RpcError: the stream itself failed
                     err = _error(exc)
                     if stalled:
@@ -727,7 +859,7 @@ def submit(
                         break
                     delay = backoff_delay(stream_failures)
                     stream_failures += 1
-                    if err.code in RETRYABLE and stream_failures < attempts and _room(run_end, delay):
+                    if err.retryable and stream_failures < attempts and _room(run_end, delay):
                         lost = feeder.abandon(delay)
                         outcome.retried += len(lost)
                         print(

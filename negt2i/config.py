@@ -1,11 +1,12 @@
 """The evaluator's constants: one typed, frozen config with the paper's two presets.
 
 ``current`` is Table 15 (used for every benchmark score); ``previous`` replaces the
-directional, proximity and comparative constants with Table 16's. Table 16's older
-*depth* rule (a contact band of 12 px with at least 20 rim pixels) is described
-too briefly in the paper to reimplement faithfully, so both presets use the
-facing-surface depth rule of Table 15; the ``depth.rule`` field names it so that
-results always say which rule produced them.
+directional, proximity and comparative constants with Table 16's and uses Table 16's older
+*depth* rule, the contact band (12 px band, at least 20 rim or contact pixels). The paper
+gives only those two constants, so ``negt2i.rules.measure_depth_contact_band`` is this
+project's reading of it (its docstring says which parts are ours); the ``depth.rule`` field
+names the rule so that results always say which one produced them. ``geneval`` takes
+GenEval's published constants where they map onto ours (``GENEVAL``).
 
 Every verdict records the config it was judged with (name, digest and values).
 """
@@ -16,7 +17,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Frozen(BaseModel):
@@ -77,13 +78,38 @@ class ComparativeConfig(_Frozen):
     size_ratio: float = Field(1.05, ge=1.0)
 
 
-class DepthConfig(_Frozen):
-    """Depth rule constants: facing window w, base margin beta0, separation slope beta1."""
+DEPTH_RULES: tuple[str, ...] = ("facing_surfaces", "contact_band")
+"""Depth rules: Table 15's facing surfaces with coupled confidence; Table 16's contact band."""
 
-    rule: Literal["facing_surfaces"] = "facing_surfaces"
+
+class DepthConfig(_Frozen):
+    """Depth rule constants: facing window w, base margin beta0, separation slope beta1 (``facing_surfaces``);
+    band width and minimum band pixels (``contact_band``, which reads ``base_margin`` as its margin).
+
+    ``band_width`` / ``min_band_pixels`` are ``None`` under ``facing_surfaces`` (and then left out of the
+    digest and the record, so that the ``current`` digest is the one results files already carry); under
+    ``contact_band`` they default to Table 16's 12 px and 20 pixels.
+    """
+
+    rule: Literal["facing_surfaces", "contact_band"] = "facing_surfaces"
     facing_window: float = Field(16.0, ge=0.0)
     base_margin: float = Field(0.05, ge=0.0)
     separation_slope: float = Field(0.10, ge=0.0)
+    band_width: float | None = Field(None, ge=0.0)
+    """Contact band: pixels of one mask within this distance (px) of the other (also the rim's width)."""
+    min_band_pixels: int | None = Field(None, ge=1)
+    """Contact band: fewer contact (then rim) pixels than this on either object and no predicate fires."""
+
+    @model_validator(mode="after")
+    def _band(self) -> DepthConfig:
+        if self.rule == "contact_band":
+            if self.band_width is None:
+                object.__setattr__(self, "band_width", 12.0)
+            if self.min_band_pixels is None:
+                object.__setattr__(self, "min_band_pixels", 20)
+        elif self.band_width is not None or self.min_band_pixels is not None:
+            raise ValueError("depth.band_width / depth.min_band_pixels apply only to depth.rule = 'contact_band'")
+        return self
 
 
 class RuleConfig(_Frozen):
@@ -98,15 +124,25 @@ class RuleConfig(_Frozen):
     comparative: ComparativeConfig = ComparativeConfig()
     depth: DepthConfig = DepthConfig()
 
+    def values(self) -> dict[str, Any]:
+        """Every constant (the name excluded) as JSON; a constant that does not apply (``None``) is left out."""
+        values: dict[str, Any] = _drop_none(self.model_dump(mode="json", exclude={"name"}))
+        return values
+
     def digest(self) -> str:
         """A short, stable hash of every constant (the name excluded)."""
-        payload = self.model_dump(mode="json", exclude={"name"})
-        blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+        blob = json.dumps(self.values(), sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     def record(self) -> dict[str, Any]:
         """What results files store: name, digest and every value."""
-        return {"name": self.name, "digest": self.digest(), **self.model_dump(mode="json", exclude={"name"})}
+        return {"name": self.name, "digest": self.digest(), **self.values()}
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    return value
 
 
 CURRENT = RuleConfig()
@@ -117,10 +153,27 @@ PREVIOUS = RuleConfig(
     directional=DirectionalConfig(extent_margin=0.10, axis_threshold=0.50),
     proximity=ProximityConfig(gap_factor=0.50),
     comparative=ComparativeConfig(size_ratio=1.15),
+    depth=DepthConfig(rule="contact_band", band_width=12.0, min_band_pixels=20),
 )
-"""Table 16's directional, proximity and comparative constants (the ablation)."""
+"""Table 16: the directional, proximity and comparative constants and the contact-band depth rule (the
+ablation's "previous constants")."""
 
-PRESETS: dict[str, RuleConfig] = {"current": CURRENT, "previous": PREVIOUS}
+GENEVAL = RuleConfig(
+    name="geneval",
+    detection=DetectionConfig(presence_threshold=0.3, count_threshold=0.9, per_class_cap=16, overlap_iou=1.0),
+    masks=MaskConfig(refine=False),
+    attributes=AttributeConfig(color_beta=0.0),
+    directional=DirectionalConfig(extent_margin=0.10, axis_threshold=0.50),
+)
+"""GenEval's published constants (its ``evaluation/evaluate_images.py``) where they map onto ours:
+``threshold`` 0.3 -> presence threshold; ``counting_threshold`` 0.9 -> count threshold (GenEval applies
+it to counting prompts only, and to nothing else; we count every prompt's instances at it); ``max_objects``
+16 -> per-class cap; ``max_overlap`` 1.0 -> no overlap suppression; ``position_threshold`` 0.1 and its fixed
+0.5 axis cut -> directional extent margin and axis threshold; top-1 colour -> colour buffer 0; boxes, not
+SAM masks -> no refinement (we measure the detector's masks, GenEval its boxes). What does not map is listed
+in docs/rules.md ("The geneval preset")."""
+
+PRESETS: dict[str, RuleConfig] = {"current": CURRENT, "previous": PREVIOUS, "geneval": GENEVAL}
 
 
 STAGE_RULES: dict[str, tuple[str, ...]] = {
@@ -151,6 +204,12 @@ def load_config(source: str) -> RuleConfig:
     path = Path(source)
     if not path.is_file():
         raise ValueError(f"rule config {source!r} is neither a preset ({', '.join(PRESETS)}) nor a JSON file")
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"rule config {source}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"rule config {source}: expected a JSON object")
     data.pop("digest", None)
+    data.pop("provenance", None)  # how a fitted rules file was made (``negt2i calibrate``); not a constant
     return RuleConfig.model_validate(data)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import re
 import sys
@@ -47,8 +46,9 @@ from typing import Any, Final, TypeVar
 
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.failures import Failure, FailureKind
+from negt2i.files import open_regular, read_regular
 from negt2i.images import ImageError, decode_image
-from negt2i.jsonl import iter_json_lines
+from negt2i.jsonl import JsonError, iter_json_lines, parse_json
 from negt2i.metrics.totals import Totals
 from negt2i.pipeline import ImageResult, Perceived, Pipeline, Stages
 from negt2i.results import ResultsWriter, ResumeKey, error_record, ok_record, prompt_metadata
@@ -116,12 +116,15 @@ def _read_metadata(folder: Path, real_root: Path | None = None) -> tuple[Prompt 
     meta = folder / "metadata.jsonl"
     if real_root is not None and meta.exists() and not _inside(meta, real_root):
         return None, _missing(f"{folder.name}/metadata.jsonl is a link out of the image folder"), None
-    if not meta.is_file():
+    if not meta.exists():
         return None, _missing(f"{folder.name}/metadata.jsonl not found"), None
     try:
-        lines = [ln for ln in meta.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_regular(meta).decode("utf-8")  # a FIFO is never opened
+    except OSError as exc:
+        return None, _invalid(f"{folder.name}/metadata.jsonl: cannot be read ({exc.strerror or exc})"), None
+    except UnicodeDecodeError as exc:
         return None, _invalid(f"{folder.name}/metadata.jsonl: cannot be read ({exc})"), None
+    lines = [ln for ln in text.splitlines() if ln.strip()]
     if len(lines) != 1:
         return (
             None,
@@ -129,9 +132,9 @@ def _read_metadata(folder: Path, real_root: Path | None = None) -> tuple[Prompt 
             None,
         )
     try:
-        record = json.loads(lines[0])
-    except json.JSONDecodeError as exc:
-        return None, _invalid(f"{folder.name}/metadata.jsonl: not valid JSON ({exc.msg})"), None
+        record = parse_json(lines[0])
+    except JsonError as exc:  # not JSON, nested too deep, a number of more than 4,300 digits
+        return None, _invalid(f"{folder.name}/metadata.jsonl: not valid JSON ({exc})"), None
     pid = record.get("id") if isinstance(record, dict) else None
     try:
         prompt = parse_prompt(record, default_id=folder.name)
@@ -153,6 +156,7 @@ def geneval_jobs(root: Path, warn: Callable[[str], None] | None = None) -> list[
     stray = [p.name for p in entries if not p.is_dir()]
     if stray:
         warn(f"{root}: ignoring files outside prompt folders: {', '.join(stray[:5])}{' ...' if len(stray) > 5 else ''}")
+    empty: list[str] = []
     for folder in (p for p in entries if p.is_dir()):
         samples_dir = folder / "samples"
         samples = sorted(p for p in samples_dir.iterdir() if _visible(p)) if samples_dir.is_dir() else []
@@ -161,12 +165,22 @@ def geneval_jobs(root: Path, warn: Callable[[str], None] | None = None) -> list[
             warn(f"{samples_dir}: ignoring {len(linked)} links out of the image folder (e.g. {linked[0].name})")
             samples = [p for p in samples if p not in set(linked)]
         if not samples:
-            warn(f"{folder}: no images under samples/")
+            empty.append(folder.name)
             continue
         prompt, error, pid = _read_metadata(folder, real_root)
         for path, sample in zip(samples, _sample_indices(samples), strict=True):
             filename = path.relative_to(root).as_posix()
             jobs.append(Job(filename, path, sample, prompt, error, pid))
+    folders = len(empty) + len({j.filename.split("/", 1)[0] for j in jobs})
+    if not jobs:  # said once, not once per folder (an interrupted generate leaves thousands)
+        what = f"none of its {folders} prompt folders has" if folders else "it has no prompt folders with"
+        raise EvaluateError(
+            f"{root}: no images to evaluate: {what} images under samples/ (GenEval layout: "
+            "NNNNN/metadata.jsonl + NNNNN/samples/*.png)"
+        )
+    if empty:
+        shown = ", ".join(empty[:3]) + (" ..." if len(empty) > 3 else "")
+        warn(f"{root}: {len(empty)} of {folders} prompt folders have no images under samples/ ({shown})")
     return jobs
 
 
@@ -225,10 +239,11 @@ def discover(images: str | Path, prompts_file: str | Path | None = None) -> list
 
 
 def file_sha256(path: Path) -> str | None:
-    """SHA-256 (hex) of a file's bytes; ``None`` when it cannot be read (the job becomes an error line)."""
+    """SHA-256 (hex) of a file's bytes; ``None`` when it cannot be read or is not a regular file (a FIFO is
+    never opened: ``negt2i.files``); the job becomes an error line."""
     h = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
+        with open_regular(path) as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     except OSError:
@@ -338,7 +353,7 @@ class Loaded:
 def read_job(job: Job, *, decode: bool = True) -> Loaded:
     """Read ``job``'s file once: hash the bytes and decode them with the one decoder (``negt2i.images``)."""
     try:
-        data = job.path.read_bytes()
+        data = read_regular(job.path)  # a FIFO, socket or device is an error line, never opened
     except OSError as exc:
         why = f"{job.filename}: cannot read ({exc.strerror or exc})"
         return Loaded(None, error=job.error or Failure(FailureKind.UNREADABLE_IMAGE, why))
@@ -490,7 +505,7 @@ def evaluate(
         raise ValueError(f"workers must be >= 0, got {workers}")
     selected = list(jobs[:limit] if limit is not None else jobs)
     models = stages.models()
-    pipeline = Pipeline(stages, config)
+    pipeline = Pipeline(stages, config, complete=save_perception is not None)
     from tqdm import tqdm
 
     from negt2i.perception_file import PerceptionWriter

@@ -158,10 +158,13 @@ def check_detections(detections: Any, shape_hw: tuple[int, int], config: RuleCon
     return det
 
 
-def begin(prompt: Prompt, detections: Any, shape_hw: tuple[int, int], config: RuleConfig = CURRENT) -> StageRequests:
-    """Validate the detector's answer and plan the other stages' requests (see the module docstring)."""
+def begin(
+    prompt: Prompt, detections: Any, shape_hw: tuple[int, int], config: RuleConfig = CURRENT, *, complete: bool = False
+) -> StageRequests:
+    """Validate the detector's answer and plan the other stages' requests (see the module docstring);
+    ``complete``: plan for re-judging with other thresholds (``negt2i.plan.plan_perception``)."""
     det = check_detections(detections, shape_hw, config)
-    plan = plan_perception(prompt, det, config)
+    plan = plan_perception(prompt, det, config, complete=complete)
     refine = None
     if plan.refine:
         idx = np.asarray(plan.refine, dtype=np.intp)

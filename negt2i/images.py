@@ -20,10 +20,15 @@ same way whichever path it takes. Rules, in order:
    (``ImageOps.exif_transpose``): a JPEG that a viewer shows upright is judged
    upright. Boxes, masks and disparity maps are in the coordinates of the
    oriented image (its height and width may be swapped relative to the header).
+   Only that tag is read (``_orientation``); an EXIF block that cannot be parsed
+   counts as no orientation (the image is judged as stored, as a viewer shows it),
+   and the rest of the block is never re-serialised.
 4. **Colour**: the result is RGB ``uint8`` (H, W, 3); grayscale, palette and alpha
    images are converted (alpha dropped, not composited).
 
-Every failure raises ``ImageError`` (a ``ValueError``) with a one-line reason; callers
+Every failure raises ``ImageError`` (a ``ValueError``) with a one-line reason, whatever exception
+Pillow raised inside (its plugins raise ``struct.error``, ``TypeError``, ``IndexError`` ... on crafted
+files; ``tests/core/test_images_fuzz.py`` mutates EXIF-bearing PNG, JPEG and WebP files to hold this); callers
 turn it into a per-image error: an ``unreadable_image`` results line, gRPC
 ``INVALID_ARGUMENT``, a stage item with status 400. A run never stops on one image.
 """
@@ -34,11 +39,14 @@ import io
 import re
 import warnings
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
 from negt2i.stages.base import Image
+
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
 
 ACCEPTED_FORMATS: Final[tuple[str, ...]] = ("PNG", "JPEG", "WEBP")
 """Pillow format names that are decoded; everything else is refused."""
@@ -59,7 +67,7 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
     Raises ``ImageError`` saying why the bytes cannot be used.
     """
     from PIL import Image as PILImage
-    from PIL import ImageOps, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     if not data:
         raise ImageError("empty file")
@@ -76,8 +84,8 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
         raise ImageError(f"image declares {count} pixels, above the limit of {max_pixels}") from None
     except UnidentifiedImageError:
         raise ImageError(f"not a {_ACCEPTED_TEXT} image{_sniff(data)}") from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise ImageError(f"corrupt image header ({exc})") from None
+    except Exception as exc:  # OSError, ValueError, SyntaxError, struct.error ...: a header Pillow cannot parse
+        raise ImageError(f"corrupt image header ({_why(exc)})") from None
     with img:
         width, height = img.size
         if width <= 0 or height <= 0:
@@ -86,14 +94,52 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
             raise ImageError(f"image is {width} x {height} = {width * height} pixels, above the limit of {max_pixels}")
         try:
             img.load()
-            oriented = ImageOps.exif_transpose(img)
+            method = _ORIENTATION.get(_orientation(img))
+            oriented = img if method is None else img.transpose(PILImage.Transpose(method))
             rgb = oriented.convert("RGB")
-        except (OSError, ValueError, SyntaxError, EOFError) as exc:  # truncated or corrupt pixel data
-            raise ImageError(f"corrupt or truncated {img.format} data ({exc or type(exc).__name__})") from None
+        except Exception as exc:  # truncated or corrupt pixel data; Pillow's plugins raise many kinds on bad input
+            raise ImageError(f"corrupt or truncated {img.format} data ({_why(exc)})") from None
     array = np.asarray(rgb, dtype=np.uint8)
     if array.ndim != 3 or array.shape[0] == 0 or array.shape[1] == 0:
         raise ImageError(f"image decodes to shape {array.shape}")
     return np.ascontiguousarray(array)
+
+
+_ORIENTATION: Final[dict[int, int]] = {
+    2: 0,  # Transpose.FLIP_LEFT_RIGHT
+    3: 3,  # Transpose.ROTATE_180
+    4: 1,  # Transpose.FLIP_TOP_BOTTOM
+    5: 5,  # Transpose.TRANSPOSE
+    6: 4,  # Transpose.ROTATE_270
+    7: 6,  # Transpose.TRANSVERSE
+    8: 2,  # Transpose.ROTATE_90
+}
+"""EXIF orientation (tag 274) -> the ``PIL.Image.Transpose`` that shows the image upright (as
+``ImageOps.exif_transpose``); 1 (and anything else) leaves the pixels as stored."""
+
+
+def _orientation(img: PILImage.Image) -> int:
+    """The image's EXIF orientation (tag 274, or XMP ``tiff:Orientation``, as Pillow's ``getexif`` reads them);
+    1 when there is none or the EXIF block cannot be parsed.
+
+    Only this one tag is read: ``ImageOps.exif_transpose`` also re-serialises the whole EXIF block into the
+    rotated image, and a malformed block (a tag of the wrong type, an offset out of range) made it raise
+    ``struct.error`` / ``TypeError`` on images whose pixels are fine. A viewer ignores EXIF it cannot parse,
+    and so does the decoder: such an image is judged as stored."""
+    try:
+        value = img.getexif().get(_ORIENTATION_TAG, 1)
+    except Exception:  # a malformed EXIF / XMP block: no usable orientation
+        return 1
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+_ORIENTATION_TAG: Final = 0x0112
+
+
+def _why(exc: BaseException) -> str:
+    """``str(exc)`` cut to one short line, or the exception's type when it has no text."""
+    text = " ".join(str(exc).split())[:200]
+    return text or type(exc).__name__
 
 
 def _check_pixels(width: int, height: int, max_pixels: int) -> None:
@@ -146,8 +192,10 @@ def header_size(data: bytes) -> tuple[int, int] | None:
 
 def load_image(path: str | Path, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
     """``decode_image`` of a file's bytes; an unreadable file raises ``ImageError`` too."""
+    from negt2i.files import read_regular
+
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path)  # never blocks on a FIFO, never opens a device
     except OSError as exc:
         raise ImageError(f"cannot read the file ({exc.strerror or exc})") from None
     return decode_image(data, max_pixels=max_pixels)

@@ -4,21 +4,30 @@ One JSON line per judged image (schema in ``docs/results.md``)::
 
     {"filename": "00012/samples/0003.png", "prompt_id": "...", "sample": 3, "height": H, "width": W,
      "detections": [{"index": 4, "class": "cup", "score": 0.91, "box": [x0, y0, x1, y1], "mask": RLE}, ...],
-     "refined": {"4": RLE, ...}, "attributes": {"4": {"red": 12.3, ...}}, "used_depth": false}
+     "refined": {"4": RLE, ...}, "attributes": {"4": {"red": 12.3, ...}}, "used_depth": false,
+     "disparity": {"dtype": "float32", "shape": [H, W], "zlib_base64": "..."}}
 
 ``detections`` holds every detection of the prompt's classes that the verdict kept
 (``objects[].measurements.kept``), with the detector's own index, so the verdict's
 detection indices resolve here; ``refined`` the SAM 2 masks the relation rules
 measured; ``attributes`` the scores the attribute rules read. Masks are COCO RLE
-(``negt2i.rle``). The disparity map is not stored (its numbers are in the
-statement's measurements). A rerun appends; readers take the last line per
-``filename``. An audit (``negt2i audit``) reads this file instead of re-running
-the models.
+(``negt2i.rle``). ``disparity`` (when the image needed depth and the map reached the
+writer: always in process; not through an orchestrator, whose answer leaves the map out) is the
+float32 map, little-endian, row-major, zlib-compressed and base64-encoded, so that the depth rules
+can be re-applied exactly. A rerun appends; readers take the last line per ``filename``. An
+audit (``negt2i audit``) reads this file instead of re-running the models; ``negt2i calibrate``
+and ``negt2i ablate`` re-judge from it (``negt2i.rejudge``).
+
+Saved perception is planned for re-judging (``negt2i.plan.plan_perception(complete=True)``): the
+top detection of every named class with a kept detection has its refined mask / attribute scores
+(and the image its depth) even where this run's thresholds made the statement unevaluable.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +83,34 @@ def perception_record(
         "refined": {str(i): rle.encode(m) for i, m in sorted(refined.masks.items())} if refined is not None else {},
         "attributes": {str(i): dict(s) for i, s in sorted(attrs.scores.items())} if attrs is not None else {},
         "used_depth": perception.disparity is not None if used_depth is None else used_depth,
+        **({"disparity": encode_array(perception.disparity.values)} if perception.disparity is not None else {}),
     }
+
+
+def encode_array(values: NDArray[np.floating]) -> dict[str, Any]:
+    """A float32 (H, W) map as ``{"dtype", "shape", "zlib_base64"}`` (little-endian, row-major; exact)."""
+    arr = np.ascontiguousarray(values, dtype="<f4")
+    return {
+        "dtype": "float32",
+        "shape": list(arr.shape),
+        "zlib_base64": base64.b64encode(zlib.compress(arr.tobytes(), 6)).decode(),
+    }
+
+
+def decode_array(record: Mapping[str, Any], shape_hw: tuple[int, int]) -> NDArray[np.float32]:
+    """``encode_array``'s inverse; raises ``ValueError`` when the record does not hold an (H, W) float32 map."""
+    if record.get("dtype") != "float32":
+        raise ValueError(f"disparity dtype must be float32, got {record.get('dtype')!r}")
+    shape = tuple(int(v) for v in record.get("shape", ()))
+    if shape != tuple(shape_hw):
+        raise ValueError(f"disparity is {shape}, image is {tuple(shape_hw)}")
+    try:
+        raw = zlib.decompress(base64.b64decode(str(record["zlib_base64"]), validate=True))
+    except (KeyError, ValueError, zlib.error) as exc:
+        raise ValueError(f"disparity data is not zlib / base64 ({exc})") from None
+    if len(raw) != 4 * shape[0] * shape[1]:
+        raise ValueError(f"disparity holds {len(raw)} bytes, expected {4 * shape[0] * shape[1]}")
+    return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
 
 
 class PerceptionWriter:
@@ -99,7 +135,9 @@ class PerceptionWriter:
 
     def write_record(self, record: dict[str, Any]) -> None:
         """Append a ``perception_record`` (made elsewhere, e.g. on a worker thread) as a whole line."""
-        self._fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
+        from negt2i.results import dumps_line  # file names that are not UTF-8 written as the results file does
+
+        self._fh.write(dumps_line(record) + "\n")
         self._fh.flush()
 
     def close(self) -> None:
@@ -133,6 +171,10 @@ class SavedPerception:
     refined: Mapping[int, NDArray[np.bool_]]
     attributes: Mapping[int, Mapping[str, float]]
     used_depth: bool
+    disparity: NDArray[np.float32] | None = None
+    """The disparity map the depth rule read (None: not needed, or not stored)."""
+    prompt_id: str | None = None
+    sample: int | None = None
 
     def mask(self, index: int) -> NDArray[np.bool_] | None:
         """The mask the relation rules measured (refined if stored, else the detector's)."""
@@ -157,7 +199,13 @@ def decode(record: Mapping[str, Any]) -> SavedPerception:
             )
         refined = {int(k): rle.decode(v) for k, v in record.get("refined", {}).items()}
         attrs = {int(k): {str(a): float(s) for a, s in v.items()} for k, v in record.get("attributes", {}).items()}
-        return SavedPerception(str(record["filename"]), hw, dets, refined, attrs, bool(record.get("used_depth")))
+        disparity = decode_array(record["disparity"], hw) if record.get("disparity") is not None else None
+        sample = record.get("sample")
+        return SavedPerception(
+            str(record["filename"]), hw, dets, refined, attrs, bool(record.get("used_depth")), disparity,
+            None if record.get("prompt_id") is None else str(record["prompt_id"]),
+            None if sample is None else int(sample),
+        )  # fmt: skip
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a perception record ({type(exc).__name__}: {exc})") from None
 

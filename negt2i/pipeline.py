@@ -194,9 +194,11 @@ class Pipeline:
     batched method, else one call per image). The verdicts are the same as with one image per call.
     """
 
-    def __init__(self, stages: Stages, config: RuleConfig = CURRENT) -> None:
+    def __init__(self, stages: Stages, config: RuleConfig = CURRENT, *, complete: bool = False) -> None:
         self.stages = stages
         self.config = config
+        self.complete = complete
+        """Plan the perception for re-judging with other thresholds (``--save-perception``; ``flow.begin``)."""
 
     def run(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> list[ImageResult]:
         """One ``ImageResult`` per (prompt, image) pair, in order: ``perceive`` then ``judge`` per image."""
@@ -242,7 +244,7 @@ class Pipeline:
             try:
                 if isinstance(det, Failure):
                     raise det
-                out.requests[i] = flow.begin(prompt, det, _hw(image), self.config)
+                out.requests[i] = flow.begin(prompt, det, _hw(image), self.config, complete=self.complete)
             except Failure as exc:
                 out.failures[i] = exc
 

@@ -40,8 +40,15 @@ class PerceptionPlan:
         return not (self.refine or self.attributes or self.depth)
 
 
-def plan_perception(prompt: Prompt, detections: Detections, config: RuleConfig = CURRENT) -> PerceptionPlan:
-    """The stages a prompt needs after detection; see the module docstring."""
+def plan_perception(
+    prompt: Prompt, detections: Detections, config: RuleConfig = CURRENT, *, complete: bool = False
+) -> PerceptionPlan:
+    """The stages a prompt needs after detection; see the module docstring.
+
+    ``complete`` (perception saved for re-judging, ``--save-perception``): plan for every statement whose
+    objects each have a kept detection, whatever the presence and counting thresholds say, so that rules with
+    other thresholds (``negt2i calibrate`` / ``negt2i ablate``) find what they measure. The instance measured is
+    the same either way: the counted instance of a present class is always its top kept detection."""
     if prompt.category is None or not (prompt.statements or prompt.probes):
         return PerceptionPlan()
     selections = [select_instances(detections, o.class_name, o.count, config) for o in prompt.objects]
@@ -49,11 +56,15 @@ def plan_perception(prompt: Prompt, detections: Detections, config: RuleConfig =
     any_evaluable = False
     for st in (*prompt.statements, *prompt.probes):
         sels = [selections[i] for i in st.object_indices]
-        if all(s.present and not s.over_count and not s.under_count for s in sels):
+        if complete:
+            evaluable = all(s.kept for s in sels)
+        else:
+            evaluable = all(s.present and not s.over_count and not s.under_count for s in sels)
+        if evaluable:
             any_evaluable = True
             for s in sels:
-                if s.counted[0] not in needed:
-                    needed.append(s.counted[0])
+                if s.kept[0] not in needed:
+                    needed.append(s.kept[0])
     needed.sort()
     category = prompt.category
     if category.is_attribute:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -132,25 +133,47 @@ def error_record(
 
 def write_line(fh: TextIO, record: Mapping[str, Any]) -> None:
     """Append one record as a whole line and flush it to disk."""
-    fh.write(_dumps(record) + "\n")
+    fh.write(dumps_line(record) + "\n")
     fh.flush()
     os.fsync(fh.fileno())
 
 
 def read_results(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Records of a results file; a torn (unterminated, unparsable) last line is skipped with a warning."""
-    with Path(path).open(encoding="utf-8") as fh:
+    """Records of a results file; a torn last line (unterminated and not JSON, or NUL-filled by a power loss:
+    ``torn_line``) is skipped with a warning (reading never changes the file; the writer cuts such a line)."""
+    with Path(path).open(encoding="utf-8", errors="surrogateescape") as fh:
         lines = fh.readlines()
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             yield json.loads(line)
-        except json.JSONDecodeError:
-            if lineno == len(lines) and not line.endswith("\n"):
+        except ValueError:  # not JSON, or a number Python refuses to convert (over 4,300 digits)
+            raw = line.encode("utf-8", "surrogateescape")
+            if lineno == len(lines) and (not line.endswith("\n") or torn_line(raw, owned=lineno > 1)):
                 print(f"warning: {path}: skipping a partial last line", file=sys.stderr)
                 return
             raise ValueError(f"{path}: line {lineno} is not valid JSON") from None
+
+
+def torn_line(raw: bytes, *, owned: bool) -> bool:
+    """Whether ``raw``, the last line of a file (with or without its newline), is what an interrupted write
+    of ours leaves: a line the results writer began and never finished.
+
+    Such a line is a prefix of a results line cut by a crash (it starts with the marker, or is shorter than
+    the marker and a prefix of it), or holds NUL bytes (a power loss leaves the blocks it had not written as
+    zeros; a results line never holds a raw NUL, JSON escapes it). ``owned``: the file has whole lines of ours
+    before it; without them only a line that starts with the whole marker proves it is ours (a short prefix
+    such as ``{`` or a run of zeros may be anybody's file)."""
+    body = raw.removesuffix(b"\n")
+    if b"\n" in body:
+        return False
+    text = body.strip(b"\x00")
+    if text.startswith(_MARKER_PREFIX):
+        return True
+    if not owned:
+        return False
+    return b"\x00" in body or _MARKER_PREFIX.startswith(text)
 
 
 # --------------------------------------------------------------------------- the one writer
@@ -222,11 +245,19 @@ class ResultsWriter:
         self.fh: TextIO | None = None
         self.lines: dict[str, dict[str, Any]] = {}
         """Filename -> its line (one per filename)."""
+        self._failed = ""
+        """Why a write failed (every later write is refused with it: no line after a gap)."""
         self._open()
 
     # ------------------------------------------------------------------ open, check, lock
 
     def _open(self) -> None:
+        try:
+            self._open_locked()
+        except OSError as exc:  # read-only file system or file, no permission, full disk
+            raise ResultsFileError(self._cannot(exc)) from None
+
+    def _open_locked(self) -> None:
         import fcntl
 
         path = self.path
@@ -261,33 +292,61 @@ class ResultsWriter:
         self.fh = os.fdopen(fd, "a", encoding="utf-8")
 
     def _load(self, fd: int) -> None:
+        """Read the file's lines; cut a torn last line of ours (``torn_line``); refuse anything else."""
         size = os.fstat(fd).st_size
-        data = os.pread(fd, size, 0) if size else b""
+        data = _pread_all(fd, size)
         if not data:
             return
         lines = data.split(b"\n")
-        tail = lines.pop()  # b"" when the file ends with a newline
+        if lines[-1] == b"":
+            lines.pop()  # the file ends with a newline
         records: list[dict[str, Any]] = []
+        offset = 0
         for lineno, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                record = None
-            if not _is_ours(record):
-                raise ResultsFileError(self._not_ours(lineno, record))
-            records.append(record)
-        if tail:
-            if not tail.startswith(_MARKER_PREFIX):
-                raise ResultsFileError(self._not_ours(len(lines) + 1, None))
-            print(f"warning: {self.path}: removing a partial last line left by an interrupted run", file=sys.stderr)
-            os.ftruncate(fd, size - len(tail))
+            last = lineno == len(lines)
+            if raw.strip():
+                try:
+                    record = json.loads(raw)
+                except ValueError:  # not JSON or not UTF-8, or a number over 4,300 digits
+                    record = None
+                if not _is_ours(record):
+                    if last and torn_line(data[offset:], owned=bool(records)):
+                        self._cut(fd, offset, data[offset:])
+                        break
+                    raise ResultsFileError(self._not_ours(lineno, record, last=last, ours=len(records), raw=raw))
+                records.append(record)
+            offset += len(raw) + 1
         for record in records:
             self.lines[str(record.get("filename"))] = record
 
-    def _not_ours(self, lineno: int, record: Any) -> str:
+    def _cut(self, fd: int, offset: int, tail: bytes) -> None:
+        """Truncate the file at ``offset``: ``tail`` is a line of ours that a crash or power loss tore."""
+        zeros = tail.count(0)
+        what = "all NUL bytes" if zeros == len(tail.rstrip(b"\n")) else f"{zeros} NUL bytes" if zeros else "cut short"
+        print(
+            f"warning: {self.path}: removing a partial last line ({len(tail)} bytes, {what}) left by an "
+            "interrupted run or a power loss; its image is judged again",
+            file=sys.stderr,
+        )
+        os.ftruncate(fd, offset)
+        os.fsync(fd)
+
+    def _not_ours(self, lineno: int, record: Any, *, last: bool = False, ours: int = 0, raw: bytes = b"") -> str:
         why = "is not JSON" if record is None else f'has no "{MARKER_KEY}": "{MARKER}" marker'
+        if b"\x00" in raw:
+            why = f"holds NUL bytes{'' if last else ' and more lines follow it'}"
+        if ours and last:
+            return (
+                f"{self.path}: its last line (line {lineno}) {why} and is not a line that negt2i began and an "
+                f"interrupted run left torn; the {ours} lines before it are results lines. Refusing to write to "
+                "it, it is left unchanged: remove that line if it is damage, or choose a new --out file"
+            )
+        if not ours and last and (b"\x00" in raw or _MARKER_PREFIX.startswith(raw.strip(b"\x00"))):
+            return (
+                f"{self.path} is not a negt2i results file (line {lineno} {why}); refusing to write to it, it is "
+                "left unchanged. It holds no whole results line: if it is a results file whose first line a crash "
+                "or power loss tore, delete it; else choose a new --out file"
+            )
         return (
             f"{self.path} is not a negt2i results file (line {lineno} {why}); refusing to write to it, "
             "it is left unchanged. Choose a new --out file (results files written before the marker was "
@@ -295,7 +354,8 @@ class ResultsWriter:
         )
 
     def check_compatible(self, config_digest: str, config_name: str, models: Mapping[str, Any]) -> None:
-        """Refuse a file whose lines were written with another rule config or other models."""
+        """Refuse a file whose lines were written with another rule config or other models (of a stage both
+        name: a line made while a stage its prompt did not need was unreachable does not record that stage)."""
         want = model_identity(models)
         for record in self.lines.values():
             digest = (record.get("config") or {}).get("digest")
@@ -305,7 +365,7 @@ class ResultsWriter:
                     f"{config_digest} ({config_name}); write to another --out file"
                 )
             got = model_identity(record.get("models") or {})
-            if got and got != want:
+            if any(got[stage] != want[stage] for stage in got.keys() & want.keys()):
                 raise ResultsFileError(
                     f"{self.path} was written by other models ({record.get('filename')}: {got}); this run uses "
                     f"{want}; write to another --out file"
@@ -363,12 +423,17 @@ class ResultsWriter:
         assert self.fh is not None
         keep = [rec for name, rec in self.lines.items() if name not in drop]
         tmp = self.path.with_name(f".{self.path.name}.negt2i-{os.getpid()}.tmp")
-        with tmp.open("w", encoding="utf-8") as out:
-            for rec in keep:
-                out.write(_dumps(rec) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        fd = os.open(tmp, os.O_RDWR | os.O_APPEND)
+        try:
+            with tmp.open("w", encoding="utf-8") as out:
+                for rec in keep:
+                    out.write(dumps_line(rec) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+            fd = os.open(tmp, os.O_RDWR | os.O_APPEND)
+        except OSError as exc:  # a full disk: the original is untouched
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise ResultsFileError(self._cannot(exc)) from None
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else can know this inode yet
         os.replace(tmp, self.path)
         old, self.fh = self.fh, os.fdopen(fd, "a", encoding="utf-8")
@@ -380,10 +445,29 @@ class ResultsWriter:
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one record (marker first) as a whole line, flushed to disk."""
         assert self.fh is not None, "writer is closed"
+        if self._failed:
+            raise ResultsFileError(self._failed)
         if record.get(MARKER_KEY) != MARKER:
             record = {MARKER_KEY: MARKER, **{k: v for k, v in record.items() if k != MARKER_KEY}}
-        write_line(self.fh, record)
+        data = (dumps_line(record) + "\n").encode("utf-8")
+        fd = self.fh.fileno()
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:  # unbuffered: a failed write leaves nothing queued to reach the file later
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:  # a full disk, an I/O error: take back the part written, write nothing more
+            self._failed = self._cannot(exc)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise ResultsFileError(self._failed) from None
         self.lines[str(record.get("filename"))] = dict(record)
+
+    def _cannot(self, exc: OSError) -> str:
+        """The one line both CLIs print when the results file cannot be written (read-only, full disk ...)."""
+        why = exc.strerror or str(exc)
+        return f"cannot write the results file {self.path}: {why}; the lines written so far are kept, rerun to resume"
 
     def records(self) -> list[dict[str, Any]]:
         """The file's lines (one per filename), in file order."""
@@ -403,5 +487,28 @@ class ResultsWriter:
         self.close()
 
 
-def _dumps(record: Mapping[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+def _pread_all(fd: int, size: int) -> bytes:
+    """The first ``size`` bytes of ``fd`` (``os.pread`` may return fewer than asked)."""
+    parts: list[bytes] = []
+    done = 0
+    while done < size:
+        chunk = os.pread(fd, size - done, done)
+        if not chunk:
+            break
+        parts.append(chunk)
+        done += len(chunk)
+    return b"".join(parts)
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def dumps_line(record: Mapping[str, Any]) -> str:
+    """One results line (without its newline): compact JSON, UTF-8 text as is, except lone surrogates.
+
+    A file name that is not valid UTF-8 reaches Python as a str with each undecodable byte 0xNN turned into
+    the lone surrogate U+DCNN (``os.fsdecode``'s ``surrogateescape``); UTF-8 cannot encode those, so they
+    are written as the JSON escape ``\\udcNN``. Reading the line back (``json.loads``) gives the same str,
+    so the run resumes by that name, and ``os.fsencode(name)`` gives the file name's original bytes."""
+    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import ndimage
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.geometry import MaskStats, facing_surface, gap, mask_stats, mean_radius
+from negt2i.config import CURRENT, PREVIOUS, RuleConfig
+from negt2i.geometry import FacingPair, MaskStats, facing_pairs, facing_surface, gap, mask_stats, mean_radius
 from negt2i.perception import Detections
 from negt2i.spec import Polarity
 from negt2i.vocab import OVER_COUNT_EXEMPT
@@ -113,18 +114,21 @@ def directional_predicates(mask_a: BoolMask, mask_b: BoolMask, config: RuleConfi
 # --------------------------------------------------------------------------- proximity
 
 
-def measure_proximity(a: BoolMask | MaskStats, b: BoolMask | MaskStats, config: RuleConfig = CURRENT) -> Measurement:
+def measure_proximity(
+    a: BoolMask | MaskStats, b: BoolMask | MaskStats, config: RuleConfig = CURRENT, *, measured_gap: float | None = None
+) -> Measurement:
     """Proximity rule: ``near`` iff g < gamma * R, ``far from`` iff g >= gamma * R.
 
     g = minimum distance between pixel centres of the masks (0 if they overlap),
     R = (sqrt(|A|/pi) + sqrt(|B|/pi)) / 2, gamma = 0.75 (previous: 0.50). Exactly one
-    predicate fires for every pair of non-empty masks.
+    predicate fires for every pair of non-empty masks. ``measured_gap`` is g when the
+    caller measured the image's pairs together (``geometry.gaps``; the verdict does).
     """
     sa, sb = _pair(a, b)
     if sa.empty or sb.empty:
         return _degenerate("proximity", sa, sb)
     gamma = config.proximity.gap_factor
-    g = gap(sa, sb)
+    g = gap(sa, sb) if measured_gap is None else measured_gap
     r = mean_radius(sa, sb)
     fired = "near" if g < gamma * r else "far from"
     values: dict[str, Number | str] = {
@@ -185,6 +189,7 @@ def measure_depth(
     config: RuleConfig = CURRENT,
     *,
     disparity_range: float | None = None,
+    facing: FacingPair | None = None,
 ) -> Measurement:
     """Depth rule on facing surfaces with coupled confidence (Table 15).
 
@@ -193,7 +198,15 @@ def measure_depth(
     predicate fires only if |delta_A - delta_B| / Delta >= beta0 + beta1 * g / R
     (beta0 = 0.05, beta1 = 0.10): ``in front of`` if delta_A > delta_B, ``behind``
     if delta_A < delta_B. Larger disparity is closer to the camera.
+
+    ``facing`` is the pair's ``geometry.facing_pairs`` result when the caller measured
+    several pairs of the image at once (the verdict does); it is computed here otherwise.
+
+    With ``config.depth.rule == "contact_band"`` (the ``previous`` preset) this is
+    ``measure_depth_contact_band`` instead (``facing`` is not used).
     """
+    if config.depth.rule == "contact_band":
+        return measure_depth_contact_band(a, b, disparity, config, disparity_range=disparity_range)
     sa, sb = _pair(a, b)
     disp = np.asarray(disparity)
     if disp.shape != sa.shape_hw:
@@ -202,11 +215,10 @@ def measure_depth(
         return _degenerate("depth", sa, sb)
     cfg = config.depth
     span = float(disp.max() - disp.min()) if disparity_range is None else float(disparity_range)
-    g = gap(sa, sb)
+    if facing is None:
+        facing = facing_pairs([(sa, sb)], cfg.facing_window)[0]
+    g, fa, fb = facing.gap, facing.a, facing.b
     r = mean_radius(sa, sb)
-    limit = g + cfg.facing_window
-    fa = facing_surface(sa, sb, limit)
-    fb = facing_surface(sb, sa, limit)
     mean_a = float(disp[fa].mean(dtype=np.float64))
     mean_b = float(disp[fb].mean(dtype=np.float64))
     required = cfg.base_margin + cfg.separation_slope * g / r
@@ -222,6 +234,79 @@ def measure_depth(
         "facing_window": cfg.facing_window, "base_margin": cfg.base_margin,
         "separation_slope": cfg.separation_slope,
     }  # fmt: skip
+    return Measurement(frozenset(fired), values)
+
+
+def rim(stats: MaskStats, width: float) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """(rows, cols) of the rim of a mask: its pixels within ``width`` of a pixel outside it,
+    d = Euclidean distance between pixel centres (a pixel on the outline has d = 1; the image's
+    edge counts as outside, so an object cut by the border has a rim there too)."""
+    if stats.empty:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    padded = np.pad(stats.crop, 1)
+    dist = ndimage.distance_transform_edt(padded)[1:-1, 1:-1]
+    rows, cols = np.nonzero(stats.crop & (dist <= width))
+    return rows + stats.row0, cols + stats.col0
+
+
+def measure_depth_contact_band(
+    a: BoolMask | MaskStats,
+    b: BoolMask | MaskStats,
+    disparity: NDArray[np.floating],
+    config: RuleConfig = PREVIOUS,
+    *,
+    disparity_range: float | None = None,
+) -> Measurement:
+    """Table 16's previous depth rule, the contact band (``depth.rule = "contact_band"``).
+
+    The paper gives only its name and two constants (band width b = 12 px, at least m = 20 rim or
+    contact pixels). This project's reading, where the paper is silent:
+
+    - contact bands K_A = {p in A : d(p, B) <= b}, K_B = {q in B : d(q, A) <= b} (the pixels where
+      the objects meet; d as in the current rule, Euclidean distance to the other mask's nearest pixel);
+    - if |K_A| >= m and |K_B| >= m the objects are in contact and their depths are compared there
+      (``surface = "contact"``); otherwise each object's rim, R_A = {p in A : d(p, not A) <= b}, is
+      used (``surface = "rim"``); if a rim has fewer than m pixels too, nothing fires;
+    - delta_A, delta_B are the mean disparities over the two surfaces, Delta the image's disparity
+      range, and a predicate fires iff |delta_A - delta_B| / Delta >= beta0 (``depth.base_margin``,
+      0.05; the previous rule has no separation term): ``in front of`` if delta_A > delta_B,
+      ``behind`` if delta_A < delta_B. Larger disparity is closer to the camera.
+    """
+    sa, sb = _pair(a, b)
+    disp = np.asarray(disparity)
+    if disp.shape != sa.shape_hw:
+        raise ValueError(f"disparity has shape {disp.shape}, expected (H, W) = {sa.shape_hw}")
+    if sa.empty or sb.empty:
+        return _degenerate("depth", sa, sb)
+    cfg = config.depth
+    band = float(cfg.band_width if cfg.band_width is not None else 12.0)
+    need = int(cfg.min_band_pixels if cfg.min_band_pixels is not None else 20)
+    span = float(disp.max() - disp.min()) if disparity_range is None else float(disparity_range)
+    ka, kb = facing_surface(sa, sb, band), facing_surface(sb, sa, band)
+    contact_a, contact_b = int(ka[0].size), int(kb[0].size)
+    surface = "contact"
+    fa, fb = ka, kb
+    if contact_a < need or contact_b < need:
+        surface = "rim"
+        fa, fb = rim(sa, band), rim(sb, band)
+    pixels_a, pixels_b = int(fa[0].size), int(fb[0].size)
+    values: dict[str, Number | str] = {
+        "rule": "depth", "depth_rule": "contact_band", "surface": surface, "area_a": sa.area, "area_b": sb.area,
+        "contact_pixels_a": contact_a, "contact_pixels_b": contact_b,
+        "surface_pixels_a": pixels_a, "surface_pixels_b": pixels_b, "disparity_range": span,
+        "band_width": band, "min_band_pixels": need, "base_margin": cfg.base_margin,
+    }  # fmt: skip
+    if pixels_a < need or pixels_b < need:
+        values["too_few_pixels"] = 1
+        return Measurement(frozenset(), values)
+    mean_a = float(disp[fa].mean(dtype=np.float64))
+    mean_b = float(disp[fb].mean(dtype=np.float64))
+    normalized = abs(mean_a - mean_b) / span if span > 0 else 0.0
+    fired: set[str] = set()
+    if span > 0 and normalized >= cfg.base_margin and mean_a != mean_b:
+        fired.add("in front of" if mean_a > mean_b else "behind")
+    values.update(disparity_a=mean_a, disparity_b=mean_b, normalized_difference=normalized,
+                  required_margin=cfg.base_margin)  # fmt: skip
     return Measurement(frozenset(fired), values)
 
 
@@ -417,6 +502,7 @@ def _cv2() -> Any:
         import cv2
     except ModuleNotFoundError:  # pragma: no cover - depends on the installed extras
         raise ModuleNotFoundError(
-            "mask post-processing needs OpenCV: pip install 'negt2ibench[models]' (opencv-python-headless)"
+            "mask post-processing needs OpenCV: from the repository root, pip install '.[demo]' or '.[models]' "
+            "(opencv-python-headless)"
         ) from None
     return cv2

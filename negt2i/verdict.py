@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from negt2i import __version__
 from negt2i.config import CURRENT, RuleConfig
-from negt2i.geometry import MaskStats, mask_stats
+from negt2i.geometry import FacingPair, MaskStats, facing_pairs, gaps, mask_stats
 from negt2i.perception import ImagePerception
 from negt2i.rules import (
     InstanceSelection,
@@ -241,12 +241,37 @@ def _object_verdict(index: int, sel: InstanceSelection, measurements: dict[str, 
 class _Masks:
     """Relation masks of counted instances, measured once per image."""
 
-    def __init__(self, perception: ImagePerception, config: RuleConfig) -> None:
+    def __init__(
+        self, perception: ImagePerception, config: RuleConfig, shared: dict[tuple[int, bool], MaskStats] | None = None
+    ) -> None:
         self.perception = perception
         self.refine = config.masks.refine
         self.cache: dict[int, MaskStats] = {}
+        self.shared = shared
+        self.facing: dict[tuple[int, int], FacingPair] = {}
+        self.gaps: dict[tuple[int, int], float] = {}
+
+    def measure_pairs(self, category: Category, pairs: list[tuple[int, int]], config: RuleConfig) -> None:
+        """Measure every proximity / depth pair of the image at once; they share k-d trees.
+
+        Proximity: the gaps (``geometry.gaps``); depth: gap and facing surfaces
+        (``geometry.facing_pairs``). Other categories measure nothing here.
+        """
+        if category not in (Category.PROXIMITY, Category.DEPTH):
+            return
+        if category is Category.DEPTH and config.depth.rule != "facing_surfaces":
+            return  # the contact band measures its own surfaces (``rules.measure_depth_contact_band``)
+        todo = [p for p in dict.fromkeys(pairs) if p[0] != p[1]]
+        todo = [p for p in todo if not (self.stats(p[0]).empty or self.stats(p[1]).empty)]
+        stats = [(self.stats(a), self.stats(b)) for a, b in todo]
+        if category is Category.PROXIMITY:
+            self.gaps.update(zip(todo, gaps(stats), strict=True))
+        else:
+            self.facing.update(zip(todo, facing_pairs(stats, config.depth.facing_window), strict=True))
 
     def stats(self, det: int) -> MaskStats:
+        if det not in self.cache and self.shared is not None and (det, self.refine) in self.shared:
+            self.cache[det] = self.shared[(det, self.refine)]
         if det not in self.cache:
             if self.refine:
                 refined = self.perception.refined
@@ -259,6 +284,8 @@ class _Masks:
             else:
                 mask = self.perception.detections.masks[det]
             self.cache[det] = mask_stats(mask)
+            if self.shared is not None:
+                self.shared[(det, self.refine)] = self.cache[det]
         return self.cache[det]
 
 
@@ -303,15 +330,25 @@ def _measure(
     if category is Category.DIRECTIONAL:
         m = measure_directional(a, b, config)
     elif category is Category.PROXIMITY:
-        m = measure_proximity(a, b, config)
+        m = measure_proximity(a, b, config, measured_gap=masks.gaps.get((dets[0], dets[1])))
     elif category is Category.COMPARATIVE:
         m = measure_comparative(a, b, config)
     else:
         disp = perception.disparity
         if disp is None:
             raise PerceptionError("depth prompts need a disparity map")
-        m = measure_depth(a, b, disp.values, config, disparity_range=disp.value_range)
+        facing = masks.facing.get((dets[0], dets[1]))
+        m = measure_depth(a, b, disp.values, config, disparity_range=disp.value_range, facing=facing)
     return m.predicates, {**m.values, "detections": dets[:2], "mask": "refined" if config.masks.refine else "detector"}
+
+
+def _unmeasurable(involved: Sequence[ObjectVerdict]) -> FailureCause | None:
+    """Why a statement over these objects cannot be measured (a missing object first), or None."""
+    if any(not o.present or o.under_count for o in involved):
+        return FailureCause.UNDETECTED_OBJECT
+    if any(o.over_count for o in involved):
+        return FailureCause.OVER_COUNT
+    return None
 
 
 def _unevaluated(cause: FailureCause, involved: Sequence[ObjectVerdict]) -> dict[str, Any]:
@@ -335,13 +372,23 @@ def _unevaluated(cause: FailureCause, involved: Sequence[ObjectVerdict]) -> dict
     }
 
 
-def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURRENT) -> Verdict:
-    """Judge one image's perception against a prompt; see the module docstring for the rules."""
+def judge(
+    prompt: Prompt,
+    perception: ImagePerception,
+    config: RuleConfig = CURRENT,
+    *,
+    mask_cache: dict[tuple[int, bool], MaskStats] | None = None,
+) -> Verdict:
+    """Judge one image's perception against a prompt; see the module docstring for the rules.
+
+    ``mask_cache``: mask measurements (``MaskStats``, keyed by detection index and whether the mask is the
+    refined one) kept across calls on the same perception, for re-judging one image under many configs
+    (``negt2i.rejudge``); the verdict is the same with or without it."""
     selections = [select_instances(perception.detections, obj.class_name, obj.count, config) for obj in prompt.objects]
     objects = [
         _object_verdict(i, sel, object_measurements(sel, perception, config)) for i, sel in enumerate(selections)
     ]
-    masks = _Masks(perception, config)
+    masks = _Masks(perception, config, mask_cache)
     statements: list[StatementVerdict] = []
     probes: list[StatementVerdict] = []
     reasons: list[str] = []
@@ -353,18 +400,22 @@ def judge(prompt: Prompt, perception: ImagePerception, config: RuleConfig = CURR
 
     judged = [(k, st, statements) for k, st in enumerate(prompt.statements)]
     judged += [(k, st, probes) for k, st in enumerate(prompt.probes)]  # probes: same rules, never in `correct`
+    if prompt.category is not None and (prompt.category is not Category.DEPTH or perception.disparity is not None):
+        # the image's pairs in one batch: a star prompt's pairs share the subject's k-d tree
+        pairs = [
+            (objects[st.subject].detections[0], objects[st.target].detections[0])
+            for _, st, _ in judged
+            if isinstance(st, RelationStatement) and _unmeasurable([objects[i] for i in st.object_indices]) is None
+        ]
+        masks.measure_pairs(prompt.category, pairs, config)
     for k, st, into in judged:
         involved = [objects[i] for i in st.object_indices]
         text = prompt.describe_statement(st)
         requested = st.value if isinstance(st, AttributeStatement) else st.predicate
-        cause: FailureCause | None = None
+        cause: FailureCause | None = _unmeasurable(involved)
         fired: frozenset[str] | None = None
         values: dict[str, Any] = {}
-        if any(not o.present or o.under_count for o in involved):
-            cause = FailureCause.UNDETECTED_OBJECT
-            values = _unevaluated(cause, involved)
-        elif any(o.over_count for o in involved):
-            cause = FailureCause.OVER_COUNT
+        if cause is not None:
             values = _unevaluated(cause, involved)
         else:
             dets = [o.detections[0] for o in involved]

@@ -288,6 +288,43 @@ def verify(name: str, path: str | Path | None = None) -> VerifiedWeights:
 
 # --------------------------------------------------------------------------- fetching
 
+
+def record_lock(e: WeightsEntry, folder: Path, revision: str) -> str:
+    """Check the files of ``e`` in ``folder`` (all present; the table's published hashes match) and write
+    ``negt2i-weights.json``: the revision, and the SHA-256 and size of every file but hidden ones. Used by
+    ``fetch`` and, for weights fetched by hand, ``negt2i weights record`` (docs/weights.md). Returns the
+    main file's SHA-256."""
+    name = e.name
+    gone = [f for f in e.files if not (folder / f).is_file()]
+    if gone:
+        raise WeightsError(f"{name}: {folder} lacks {', '.join(gone)}")
+    files: dict[str, dict[str, Any]] = {
+        p.relative_to(folder).as_posix(): {"sha256": file_digest(p), "size": p.stat().st_size}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != LOCK_NAME and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+    }
+    main = str(files[e.main_file]["sha256"])
+    if e.sha256 and main != e.sha256:
+        raise WeightsError(f"{name}: SHA-256 {main} of {e.main_file} does not match the published {e.sha256}")
+    if e.md5 and file_digest(folder / e.main_file, "md5") != e.md5:
+        raise WeightsError(f"{name}: {e.main_file} does not match the published MD5 {e.md5}")
+    if e.sha256_prefix and not main.startswith(e.sha256_prefix):
+        raise WeightsError(
+            f"{name}: SHA-256 {main} of {e.main_file} does not start with the published {e.sha256_prefix}"
+        )
+    lock = {
+        "name": e.name,
+        "model": e.model,
+        "source": e.source,
+        "repo": e.repo,
+        "revision": revision,
+        "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "files": files,
+    }
+    (folder / LOCK_NAME).write_text(json.dumps(lock, indent=2) + "\n", encoding="utf-8")
+    return main
+
+
 Downloader = Callable[[WeightsEntry, Path], str]
 """Downloads an entry's files into a folder; returns the resolved revision."""
 
@@ -363,33 +400,7 @@ def fetch(
                     f"{name}: could not download {e.repo} ({type(exc).__name__}: {exc}). "
                     f"{offline_help(list(names or WEIGHTS))}"
                 ) from None
-            gone = [f for f in e.files if not (tmp / f).is_file()]
-            if gone:
-                raise WeightsError(f"{name}: the download lacks {', '.join(gone)}")
-            files: dict[str, dict[str, Any]] = {
-                p.relative_to(tmp).as_posix(): {"sha256": file_digest(p), "size": p.stat().st_size}
-                for p in sorted(tmp.rglob("*"))
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(tmp).parts)
-            }
-            main = files[e.main_file]["sha256"]
-            if e.sha256 and main != e.sha256:
-                raise WeightsError(f"{name}: downloaded SHA-256 {main} does not match the published {e.sha256}")
-            if e.md5 and file_digest(tmp / e.main_file, "md5") != e.md5:
-                raise WeightsError(f"{name}: downloaded file does not match the published MD5 {e.md5}")
-            if e.sha256_prefix and not main.startswith(e.sha256_prefix):
-                raise WeightsError(
-                    f"{name}: downloaded SHA-256 {main} does not start with the published {e.sha256_prefix}"
-                )
-            lock = {
-                "name": e.name,
-                "model": e.model,
-                "source": e.source,
-                "repo": e.repo,
-                "revision": revision,
-                "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "files": files,
-            }
-            (tmp / LOCK_NAME).write_text(json.dumps(lock, indent=2) + "\n", encoding="utf-8")
+            main = record_lock(e, tmp, revision)
             if folder.exists():
                 shutil.rmtree(folder)
             tmp.rename(folder)

@@ -4,7 +4,10 @@ Every item (a unary ``Evaluate`` or one item of an ``EvaluateStream``) is admitt
 on it, and releases its admission when its answer is sent:
 
 - **cost** of an item = ``len(encoded image) + BYTES_PER_PIXEL x H x W`` (``H x W`` from the image header,
-  read without decoding; an unreadable header costs only its bytes: the decoder rejects it right after).
+  read without decoding by ``negt2i.images.header_size``, never by Pillow; an unreadable header costs only its
+  bytes: the decoder rejects it right after). Reading a header walks a JPEG's marker segments, which for a
+  valid JPEG padded with thousands of segments up to the image limit is real work: the server computes the
+  cost on a worker thread (``item_cost`` is plain, the caller moves it off the event loop).
   ``BYTES_PER_PIXEL`` (16) covers the decoded RGB image (3 B/px), the detector's and segmenter's bool masks,
   the float32 disparity (4 B/px) and the judge's distance transforms. A cost above the whole budget is cut
   to the budget (such an item runs alone).
@@ -13,7 +16,11 @@ on it, and releases its admission when its answer is sent:
 - otherwise it **waits**, first come first served (a large item is never starved by small ones), for at most
   ``max_wait_s`` (cut to its deadline);
 - when ``max_waiting`` items already wait, or its wait runs out, it is **refused** with RESOURCE_EXHAUSTED
-  (the client retries it with backoff).
+  (the client retries it with backoff);
+- a waiting item holds its received message (``held``, its bytes): those bytes count against the same
+  budget, so an item whose message would take the waiting items' received bytes over ``budget_bytes`` is
+  refused at once. Item data held by the server is then at most twice the budget (admitted costs, waiting
+  messages), whatever ``max_waiting`` is.
 
 A stream's reader waits for the admission of its current item before it reads the next one, so a waiting
 stream holds one unadmitted message and the transport's flow control holds the client back; with the
@@ -29,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import io
 import os
 import time
 from dataclasses import dataclass
@@ -88,15 +94,12 @@ def default_budget(limit: int | None = None, total_memory: int | None = None) ->
 
 
 def image_pixels(data: bytes) -> int | None:
-    """H x W from the image header (no pixel is decoded); None when the header is not readable."""
-    from PIL import Image as PILImage
+    """H x W from the image header (``negt2i.images.header_size``: no pixel decoded, no Pillow); None when the
+    header is not readable (the decoder rejects such an image with the reason)."""
+    from negt2i.images import header_size
 
-    try:
-        with PILImage.open(io.BytesIO(data)) as img:
-            w, h = img.size
-    except Exception:  # any unreadable header: the decoder reports it with the reason
-        return None
-    return int(w) * int(h)
+    size = header_size(data)
+    return None if size is None else int(size[0]) * int(size[1])
 
 
 def item_cost(data: bytes) -> int:
@@ -138,6 +141,8 @@ class Admission:
         self.max_wait_s = float(max_wait_s)
         self.in_use = 0
         self.active = 0
+        self.waiting_bytes = 0
+        """Received bytes of the items waiting now."""
         self._waiters: collections.deque[tuple[int, asyncio.Future[Ticket]]] = collections.deque()
         self.stats = AdmissionStats()
 
@@ -168,20 +173,23 @@ class Admission:
             self._waiters.popleft()
             fut.set_result(self._grant(cost))
 
-    async def acquire(self, cost: int, deadline: float | None = None) -> Ticket:
-        """Admit an item of ``cost`` bytes, waiting FIFO; raises ``Overloaded`` (see the module docstring)."""
+    async def acquire(self, cost: int, deadline: float | None = None, held: int = 0) -> Ticket:
+        """Admit an item of ``cost`` bytes whose message holds ``held`` received bytes, waiting FIFO; raises
+        ``Overloaded`` (see the module docstring)."""
         cost = max(0, min(int(cost), self.budget))
+        held = max(0, int(held))
         if not self._waiters and self._fits(cost):
             return self._grant(cost)
-        if len(self._waiters) >= self.max_waiting:
+        if len(self._waiters) >= self.max_waiting or (self._waiters and self.waiting_bytes + held > self.budget):
             self.stats.refused += 1
             raise Overloaded(
-                f"the server is at capacity ({self.active} items in progress, {len(self._waiters)} waiting); "
-                "retry with backoff"
+                f"the server is at capacity ({self.active} items in progress, {len(self._waiters)} waiting "
+                f"with {self.waiting_bytes >> 20} MiB received); retry with backoff"
             )
         wait = self.max_wait_s if deadline is None else min(self.max_wait_s, deadline - time.monotonic())
         fut: asyncio.Future[Ticket] = asyncio.get_running_loop().create_future()
         self._waiters.append((cost, fut))
+        self.waiting_bytes += held
         self.stats.waited += 1
         self.stats.peak_waiting = max(self.stats.peak_waiting, len(self._waiters))
         try:
@@ -201,6 +209,7 @@ class Admission:
             fut.cancel()
             raise
         finally:
+            self.waiting_bytes -= held
             self._wake()
 
     def release(self, ticket: Ticket) -> None:

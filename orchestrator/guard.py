@@ -12,10 +12,19 @@
   message over the transport limit still ends the stream (docs/api.md, "Stream contract").
 - Every status message and item error is cut to ``MAX_MESSAGE_CHARS``, and identifiers echoed in them to
   ``MAX_ID_CHARS`` (``short``), so that no client input is reflected back in full.
+- Calls at once (``CallLimit``, ``NEGT2I_MAX_CALLS``): the number of open calls (unary and streams, health
+  checks excepted) is bounded where a call is routed, before its message is read; a call beyond it is answered
+  RESOURCE_EXHAUSTED (reason SERVER_OVERLOADED: retry with backoff) without its message being read.
+- Log injection: a ``request_id`` with a control character (CR, LF, NUL, ESC, ... : Unicode category Cc, and
+  the line / paragraph separators U+2028 / U+2029) is refused (``control_char``), so an id echoed into a
+  verdict, a results file or a log line can never start a new line or drive a terminal; any other client or
+  stage text that reaches the server's log goes through ``loggable`` (non-printable characters escaped as
+  ``\\xNN`` / ``\\uNNNN``, cut to ``MAX_ID_CHARS``).
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -52,6 +61,22 @@ class BadMessage:
 def short(text: str, limit: int = MAX_ID_CHARS) -> str:
     """``text`` cut to ``limit`` characters (with the total length when cut)."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
+def control_char(text: str) -> int:
+    """The index of the first control character of ``text`` (category Cc, U+2028, U+2029), -1 when none."""
+    for i, c in enumerate(text):
+        if c in "\u2028\u2029" or unicodedata.category(c) == "Cc":
+            return i
+    return -1
+
+
+def loggable(text: str, limit: int = MAX_ID_CHARS) -> str:
+    """Client text made safe for one log line: cut to ``limit`` (``short``), non-printable characters escaped."""
+    cut = short(text, limit)
+    if cut.isprintable():
+        return cut
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in cut)
 
 
 def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
@@ -112,3 +137,75 @@ def add_evaluator(servicer: Any, server: grpc.aio.Server, max_message_bytes: int
     name = service.full_name
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
     server.add_registered_method_handlers(name, handlers)
+
+
+class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """At most ``max_calls`` open calls of the Evaluator (health checks and reflection are not counted). A
+    call is counted from the start of its handler to its end, and its message is read only after it was
+    counted: a unary method is served through a request-streaming handler that checks the count, then reads
+    the one message itself (a unary handler would get the message read before it runs). Beyond the limit:
+    RESOURCE_EXHAUSTED (SERVER_OVERLOADED, the rich error model: clients retry it) without reading anything.
+    Counting and uncounting happen in the same ``try`` of the handler, so a call cancelled at any moment
+    never leaves a count behind."""
+
+    def __init__(self, max_calls: int) -> None:
+        if max_calls < 1:
+            raise ValueError("max_calls must be at least 1")
+        self.max_calls = max_calls
+        self.open = 0
+        self.refused = 0
+
+    async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or not str(details.method).startswith("/negt2i.v1.Evaluator/"):
+            return handler
+        if handler.unary_unary is None and handler.stream_stream is None:
+            return handler
+        return self._counted(handler)
+
+    async def _admit(self, context: Any) -> None:
+        if self.open >= self.max_calls:
+            self.refused += 1
+            await context.abort_with_status(_overloaded_status(
+                f"the server is at capacity ({self.open} calls open, the limit is {self.max_calls}); "
+                "retry with backoff"))  # fmt: skip
+        self.open += 1
+
+    def _counted(self, handler: Any) -> Any:
+        kw = {"request_deserializer": handler.request_deserializer,
+              "response_serializer": handler.response_serializer}  # fmt: skip
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def unary(requests: Any, context: Any) -> Any:
+                await self._admit(context)
+                try:
+                    async for request in requests:  # the one message, read only now
+                        return await inner(request, context)
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
+                finally:
+                    self.open -= 1
+
+            return grpc.stream_unary_rpc_method_handler(unary, **kw)
+        inner_stream = handler.stream_stream
+
+        async def streaming(requests: Any, context: Any) -> Any:
+            await self._admit(context)
+            try:
+                async for response in inner_stream(requests, context):
+                    yield response
+            finally:
+                self.open -= 1
+
+        return grpc.stream_stream_rpc_method_handler(streaming, **kw)
+
+
+def _overloaded_status(message: str) -> Any:
+    """The ``grpc.Status`` of RESOURCE_EXHAUSTED (SERVER_OVERLOADED) with the rich error model."""
+    from grpc_status import rpc_status
+
+    from negt2i.failures import Failure, FailureKind
+
+    failure = Failure(FailureKind.STAGE_ERROR, message, code="RESOURCE_EXHAUSTED",
+                      reason=errors.Reason.SERVER_OVERLOADED)  # fmt: skip
+    return rpc_status.to_status(errors.to_status(failure, message))

@@ -131,7 +131,9 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         served: dict[str, common_pb2.StageService] = {"detector": detector}
         # the flow's checks and judging (distance transforms over whole masks) run on a worker thread,
         # never on the event loop
-        req = await asyncio.to_thread(flow.begin, prompt, det, hw, self.config)
+        req = await asyncio.to_thread(
+            functools.partial(flow.begin, complete=request.include_perception), prompt, det, hw, self.config
+        )
         calls: dict[str, Any] = {}
         if req.refine is not None:
             calls["refined"] = self.stages.segment(data, req.refine.boxes, req.refine.reference_masks, hw, deadline)
@@ -153,19 +155,23 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             stages=[served[s] for s in STAGES if s in served],
         )
         if request.include_perception:  # RLE-encodes every mask: on a worker thread, never on the event loop
-            response.perception.CopyFrom(await asyncio.to_thread(adapter.perception_to_proto, perception))
+            packed = await asyncio.to_thread(adapter.perception_to_proto, perception, self.stages.depth_encoding)
+            response.perception.CopyFrom(packed)
         return response
 
     async def _admit(self, request: Any, deadline: float) -> Any:
         """The admission ticket of a request (``orchestrator.admission``), or a RESOURCE_EXHAUSTED ``Failure``."""
+        held = 0
         if isinstance(request, guard.BadMessage):
             cost = 0
         else:
+            held = request.ByteSize()  # the received message, held while the item waits
             data = request.image.data
-            # an oversized image is refused by judge_item; its header is not worth reading
-            cost = len(data) if len(data) > self.settings.max_image_bytes else item_cost(data)
+            # an oversized image is refused by judge_item; its header is not worth reading. Reading a header
+            # walks a JPEG's segments (up to the image limit): on a worker thread, never on the event loop
+            cost = len(data) if len(data) > self.settings.max_image_bytes else await asyncio.to_thread(item_cost, data)
         try:
-            return await self.admission.acquire(cost, deadline)
+            return await self.admission.acquire(cost, deadline, held)
         except Overloaded as exc:
             raise Failure(FailureKind.STAGE_ERROR, exc.message, code="RESOURCE_EXHAUSTED",
                           reason=errors.Reason.SERVER_OVERLOADED) from None  # fmt: skip
@@ -233,7 +239,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug: say so in plain words (the traceback is logged), never UNKNOWN
-            log.exception("request %s failed", guard.short(request.request_id))
+            log.exception("request %s failed", guard.loggable(str(getattr(request, "request_id", ""))))
             await _abort(context, _internal())
             raise
 
@@ -298,7 +304,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             except asyncio.CancelledError:
                 raise
             except Exception:  # never lose an item silently
-                log.exception("item %s failed", guard.short(request.request_id))
+                log.exception("item %s failed", guard.loggable(str(getattr(request, "request_id", ""))))
                 await answer(request, failure=_internal())
 
         async def start(request: Any) -> None:
@@ -431,6 +437,16 @@ def _check_envelope(request: Any) -> None:
             FailureKind.INVALID_METADATA,
             f"{len(request.request_id)} characters, above the limit of {guard.MAX_REQUEST_ID_CHARS}",
             "request_id",
+            errors.Reason.INVALID_REQUEST_ID,
+        )
+    at = guard.control_char(request.request_id)
+    if at >= 0:  # it is echoed into verdicts, results files and logs: no line breaks, NUL or escapes
+        raise _invalid(
+            FailureKind.INVALID_METADATA,
+            f"control character U+{ord(request.request_id[at]):04X} at position {at}: a request_id must be "
+            "printable text",
+            "request_id",
+            errors.Reason.INVALID_REQUEST_ID,
         )
 
 
@@ -493,7 +509,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         credentials = server_credentials(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"orchestrator: TLS: {exc}") from None
-    interceptors = [TokenAuth(settings.auth_token)] if settings.auth_token else []
+    # the token first (a refused call is never counted), then the bound on open calls
+    interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuth(settings.auth_token)] if settings.auth_token else []
+    interceptors.append(guard.CallLimit(settings.max_calls))
     server = grpc.aio.server(options=options, interceptors=interceptors)
     evaluator = Evaluator(settings, stages, config, corpus)
     guard.add_evaluator(evaluator, server, settings.max_message_bytes)

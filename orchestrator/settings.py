@@ -73,6 +73,8 @@ class Settings:
     max_waiting: int = 1024
     """Items waiting for admission; more get RESOURCE_EXHAUSTED at once."""
     max_wait_s: float = 60.0
+    max_calls: int = 256
+    """Open calls at once (unary and streams; health checks excepted): ``orchestrator.guard.CallLimit``."""
     """Longest wait for admission (cut to the item's deadline); then RESOURCE_EXHAUSTED."""
     tls_cert: str = ""
     """PEM server certificate (chain); with ``tls_key`` the port speaks TLS."""
@@ -114,6 +116,7 @@ class Settings:
             max_active=int(e.get("NEGT2I_MAX_ACTIVE", d.max_active)),
             max_waiting=int(e.get("NEGT2I_MAX_WAITING", d.max_waiting)),
             max_wait_s=float(e.get("NEGT2I_MAX_WAIT_S", d.max_wait_s)),
+            max_calls=int(e.get("NEGT2I_MAX_CALLS", d.max_calls)),
             tls_cert=e.get("NEGT2I_TLS_CERT", d.tls_cert),
             tls_key=e.get("NEGT2I_TLS_KEY", d.tls_key),
             tls_client_ca=e.get("NEGT2I_TLS_CLIENT_CA", d.tls_client_ca),

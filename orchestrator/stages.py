@@ -33,6 +33,23 @@ run on worker threads, never on the event loop.
 
 Bytes sent and received per stage are counted (``wire``), so a request's cost
 on the wire can be measured.
+
+Connections (issue 31: cancelled streams used to wedge the pool, encode/httpcore#1093):
+
+- an HTTP call is never cancelled mid-flight: it runs in its own task (``_request``) that the caller awaits
+  through ``asyncio.shield``; a caller that gives up (its stream cancelled, its deadline passed, the stage
+  marked down) leaves the call to finish on its own, bounded by the call's httpx timeouts and a hard cap,
+  and the call keeps its stage slot (``_Limiter``) until it has finished, so the pool (``concurrency + 2``
+  connections) is never contended by calls nobody waits for;
+- health polls and ``/info`` reads use their own small client per stage (``health_clients``), so a busy or
+  damaged call pool never turns a stage NOT_SERVING, and a poll never waits behind stage calls;
+- a pool that still loses connections (a connection held by no request, found on two health polls in a row,
+  or a call that timed out waiting for a connection while fewer calls than connections were running) is
+  replaced by a new client, logged as a warning; the old one is closed once its calls have ended;
+- a stage whose last health poll failed is **down**: its calls fail at once with UNAVAILABLE, and calls
+  already waiting for it give up with UNAVAILABLE when it goes down, so items of a hung stage do not hold a
+  stream's window for the other categories (``docs/services.md``);
+- a stage that answers 429 (BentoML's request cap: busy) to a poll is busy, not down: it keeps its status.
 """
 
 from __future__ import annotations
@@ -63,6 +80,12 @@ from negt2i.wire.v1 import common_pb2, stages_pb2
 
 log = logging.getLogger("negt2i.orchestrator")
 
+HARD_CAP_FACTOR: Final = 2.0
+"""An HTTP call still running this many times its timeout (plus a second) after it started is cancelled: by
+then it is past connecting and waiting for a pool slot (both bounded by the timeout), where httpcore closes
+the connection of a cancelled request."""
+HEALTH_CONNECTIONS: Final = 4
+"""Connections of each stage's health client (``/readyz`` and ``/info``)."""
 RETRY_STATUS: Final = frozenset({502, 503, 504})
 BUSY_STATUS: Final = frozenset({429, 503})
 _JSON: Final = {"content-type": adapter.JSON_TYPE}
@@ -95,7 +118,7 @@ class _Limiter:
         self.queue = queue
         self.waiting = 0
 
-    async def __aenter__(self) -> None:
+    async def acquire(self) -> None:
         if self.sem.locked() and self.waiting >= self.queue:
             raise StageError(self.stage, f"queue full ({self.waiting} calls waiting)", code="RESOURCE_EXHAUSTED")
         self.waiting += 1
@@ -104,7 +127,7 @@ class _Limiter:
         finally:
             self.waiting -= 1
 
-    async def __aexit__(self, *_: object) -> None:
+    def release(self) -> None:
         self.sem.release()
 
 
@@ -138,12 +161,22 @@ class RemoteStages:
             common_pb2.DEPTH_ENCODING_FLOAT32 if depth_encoding == "float32" else common_pb2.DEPTH_ENCODING_FLOAT16
         )
         # one pooled client per stage: httpcore scans its whole pool on every request, so small pools are cheaper
-        limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
-        self.clients = {
-            stage: client or httpx.AsyncClient(limits=limits, timeout=call_timeout_s, trust_env=False)
-            for stage in self.urls
-        }
+        self._slots = concurrency
+        self._limits = httpx.Limits(max_connections=concurrency + 2, max_keepalive_connections=concurrency + 2)
+        self._given = client  # a client passed in (tests) serves calls and polls and is never replaced
+        self.clients = {stage: client or self._new_client(self._limits) for stage in self.urls}
+        health_limits = httpx.Limits(max_connections=HEALTH_CONNECTIONS, max_keepalive_connections=HEALTH_CONNECTIONS)
+        self.health_clients = {stage: client or self._new_client(health_limits) for stage in self.urls}
         self.limiters = {s: _Limiter(s, concurrency, queue) for s in self.urls}
+        self.running: dict[str, int] = dict.fromkeys(self.urls, 0)
+        """Stage -> HTTP calls running on its call client now (awaited or abandoned)."""
+        self.rebuilt: dict[str, int] = dict.fromkeys(self.urls, 0)
+        """Stage -> times its call client was replaced (a lost connection found)."""
+        self.down: dict[str, str] = {}
+        """Stage -> why its last health poll failed (its calls fail at once with UNAVAILABLE meanwhile)."""
+        self._down_events: dict[str, asyncio.Event] = {}
+        self._suspects: dict[str, set[int]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.wire = WireStats()
         self.config = config
         self.infos: dict[str, stages_pb2.StageInfo] = {}
@@ -153,22 +186,137 @@ class RemoteStages:
         self.no_binary: dict[str, str] = {}
         """Stage -> the model digest that answered a binary body with 415 (JSON is sent to it from then on)."""
 
+    def _new_client(self, limits: httpx.Limits) -> httpx.AsyncClient:
+        return httpx.AsyncClient(limits=limits, timeout=self.call_timeout_s, trust_env=False)
+
     async def close(self) -> None:
-        """Close the pooled connections."""
-        for client in {id(c): c for c in self.clients.values()}.values():
+        """Close the pooled connections (after cancelling the calls that still run)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        clients = [*self.clients.values(), *self.health_clients.values()]
+        for client in {id(c): c for c in clients}.values():
             await client.aclose()
+
+    # ------------------------------------------------------------------ HTTP calls that are never abandoned
+
+    async def _request(
+        self, stage: str, client: httpx.AsyncClient, method: str, url: str, *, timeout: float, **kw: Any
+    ) -> httpx.Response:
+        """One HTTP request in its own task, awaited through ``asyncio.shield``: a caller that is cancelled
+        leaves the request to finish (see the module docstring); the response body is read in full, so its
+        connection goes back to the pool."""
+        task = self._spawn(stage, client, method, url, timeout=timeout, **kw)
+        return await asyncio.shield(task)
+
+    def _spawn(
+        self, stage: str, client: httpx.AsyncClient, method: str, url: str, *, timeout: float, **kw: Any
+    ) -> asyncio.Task[httpx.Response]:
+        calls = client is self.clients.get(stage)
+
+        async def run() -> httpx.Response:
+            try:
+                return await asyncio.wait_for(
+                    client.request(method, url, timeout=timeout, **kw), HARD_CAP_FACTOR * timeout + 1.0
+                )
+            except httpx.PoolTimeout:
+                if calls and self.running[stage] <= self._slots:
+                    self._rebuild(stage, client, f"a call waited {timeout:.1f} s for a free connection while "
+                                  f"{self.running[stage]} calls were running")  # fmt: skip
+                raise
+
+        if calls:
+            self.running[stage] += 1
+        task = asyncio.ensure_future(run())
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[httpx.Response]) -> None:
+            self._tasks.discard(t)
+            if calls:
+                self.running[stage] -= 1
+            if not t.cancelled():
+                t.exception()  # retrieved: an abandoned call's failure is nobody's error
+
+        task.add_done_callback(done)
+        return task
+
+    def _rebuild(self, stage: str, old: httpx.AsyncClient, why: str) -> None:
+        """Replace the stage's call client (its pool lost connections); the old one is closed once its calls
+        have ended (they are bounded by the hard cap)."""
+        if self._given is not None or self.clients.get(stage) is not old:
+            return
+        self.clients[stage] = self._new_client(self._limits)
+        self.rebuilt[stage] += 1
+        self._suspects.pop(stage, None)
+        log.warning("%s at %s: connection pool rebuilt (%s)", stage, self.urls[stage], why)
+
+        async def close_later() -> None:
+            await asyncio.sleep(HARD_CAP_FACTOR * self.call_timeout_s + 2.0)
+            await old.aclose()
+
+        task = asyncio.ensure_future(close_later())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def check_pool(self, stage: str) -> None:
+        """Replace the call client when a connection of its pool is held by no request (not idle, not closed,
+        owned by no waiting or running request) on two checks in a row (``_rebuild``). Runs on every health
+        poll."""
+        client = self.clients[stage]
+        pool = getattr(getattr(client, "_transport", None), "_pool", None)
+        requests = getattr(pool, "_requests", None)
+        if pool is None or requests is None:
+            return
+        owned = {id(getattr(r, "connection", None)) for r in requests}
+        orphans = {id(c) for c in pool.connections if not (c.is_idle() or c.is_closed()) and id(c) not in owned}
+        again = orphans & self._suspects.get(stage, set())
+        if again:
+            self._rebuild(stage, client, f"{len(again)} of its {len(pool.connections)} connections held by no request")
+        else:
+            self._suspects[stage] = orphans
+
+    def _mark(self, stage: str, why: str) -> None:
+        """Record the stage's last poll: down (``why``) or up (empty)."""
+        event = self._down_events.setdefault(stage, asyncio.Event())
+        if why:
+            self.down[stage] = why
+            event.set()
+        else:
+            self.down.pop(stage, None)
+            if event.is_set():
+                self._down_events[stage] = asyncio.Event()
+
+    async def _until_down(self, stage: str) -> str:
+        event = self._down_events.setdefault(stage, asyncio.Event())
+        await event.wait()
+        return self.down.get(stage, "down")
 
     # ------------------------------------------------------------------ health and info
 
     async def ready(self, stage: str, timeout_s: float = 2.0) -> bool:
-        """Whether ``GET /readyz`` answers 200 and ``GET /info`` (re-read on every poll) is valid."""
+        """Whether ``GET /readyz`` answers 200 and ``GET /info`` (re-read on every poll) is valid; on its own
+        client (``health_clients``). A stage that answers 429 (busy: BentoML's request cap) keeps the status
+        of its previous poll. Records the stage as down when not (``down``) and checks its call pool."""
+        self.check_pool(stage)
+        was_up = stage not in self.down and stage in self.infos
+        why = ""
         try:
-            r = await self.clients[stage].get(f"{self.urls[stage]}/readyz", timeout=timeout_s)
+            client = self.health_clients[stage]
+            r = await self._request(stage, client, "GET", f"{self.urls[stage]}/readyz", timeout=timeout_s)
+            if r.status_code == 429:
+                return was_up
             if r.status_code != 200:
-                return False
-            return await self.read_info(stage, timeout_s)
-        except (httpx.HTTPError, ValueError, adapter.WireError):
-            return False
+                why = f"/readyz answered {r.status_code}"
+            else:
+                ok = await self.read_info(stage, timeout_s)
+                if ok is None:
+                    return was_up
+                if not ok:
+                    why = self.problems.get(stage, "/info did not answer 200")
+        except (httpx.HTTPError, ValueError, adapter.WireError) as exc:
+            why = f"no answer at {self.urls[stage]} ({type(exc).__name__})"
+        self._mark(stage, why)
+        return not why
 
     def check_info(self, stage: str, info: stages_pb2.StageInfo) -> str:
         """Why ``info`` is not acceptable for ``stage`` (empty when it is)."""
@@ -186,9 +334,13 @@ class RemoteStages:
                         f"({self.config.name}) say {want}: start the stage with the same NEGT2I_RULES")  # fmt: skip
         return ""
 
-    async def read_info(self, stage: str, timeout_s: float = 2.0) -> bool:
-        """Read and validate ``GET /info``; True when it is valid (its model is then the stage's record)."""
-        r = await self.clients[stage].get(f"{self.urls[stage]}/info", timeout=timeout_s)
+    async def read_info(self, stage: str, timeout_s: float = 2.0) -> bool | None:
+        """Read and validate ``GET /info``; True when it is valid (its model is then the stage's record),
+        None when the stage is busy (429) and could not say."""
+        url = f"{self.urls[stage]}/info"
+        r = await self._request(stage, self.health_clients[stage], "GET", url, timeout=timeout_s)
+        if r.status_code == 429:
+            return None
         if r.status_code != 200:
             return False
         info = stages_pb2.StageInfo()
@@ -250,10 +402,12 @@ class RemoteStages:
         parses as the stage's result type with no unknown field (or ``StageError``, rule ``result-schema``)."""
         if self.config is not None and stage not in self.infos and stage not in self.problems:
             with contextlib.suppress(httpx.HTTPError):  # not polled yet: read /info before the first call
-                if not await self.read_info(stage):
+                if await self.read_info(stage) is False:  # None: busy (429), the call will say
                     self.problems.setdefault(stage, "GET /info did not answer 200")
         if stage in self.problems:
             raise StageError(stage, f"refused: {self.problems[stage]}", rule="stage-info", code="UNAVAILABLE")
+        if stage in self.down:  # fail fast: nothing is sent to a stage its last health poll found down
+            raise StageError(stage, f"down: {self.down[stage]}", code="UNAVAILABLE")
         binary = self.binary(stage)
         # encoding (images, RLE strings) and decoding bodies run on worker threads: never on the loop
         body = await asyncio.to_thread(self._body, stage, item, binary)
@@ -276,43 +430,55 @@ class RemoteStages:
         return json.dumps({"items": [adapter.to_json(item)]}, separators=(",", ":")).encode()
 
     async def _post(self, stage: str, body: bytes, binary: bool, deadline: float) -> httpx.Response:
-        """POST a body, retried as the module docstring says; the answer when it is not retryable."""
+        """POST a body, retried as the module docstring says; the answer when it is not retryable. Each attempt
+        holds a stage slot until its HTTP call has ended, also when this caller gave up on it."""
         url = f"{self.urls[stage]}/{STAGE_TABLE[stage].route}"
         headers = _BINARY if binary else _JSON
-        async with self.limiters[stage]:
-            attempt = 0
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise StageError(stage, "the deadline passed before the stage answered", code="DEADLINE_EXCEEDED")
-                timeout = min(self.call_timeout_s, left)
-                retry_reason: str
-                try:
-                    # httpx's timeout bounds each network operation; wait_for bounds the whole call
-                    r = await asyncio.wait_for(
-                        self.clients[stage].post(url, content=body, headers=headers, timeout=timeout), timeout
-                    )
-                except (httpx.TimeoutException, TimeoutError):
-                    if deadline - time.monotonic() <= 0:
-                        raise StageError(stage, f"no answer within {timeout:.1f} s", code="DEADLINE_EXCEEDED") from None
-                    retry_reason = f"timed out after {timeout:.1f} s"
-                except httpx.TransportError as exc:
-                    retry_reason = f"unreachable at {self.urls[stage]} ({type(exc).__name__})"
-                else:
-                    self.wire.add(stage, len(body), len(r.content))
-                    if r.status_code not in RETRY_STATUS:
-                        return r
-                    retry_reason = f"HTTP {r.status_code}"
-                    if attempt >= self.retries:
-                        code = "RESOURCE_EXHAUSTED" if r.status_code in BUSY_STATUS else "UNAVAILABLE"
-                        raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code=code)
+        limiter = self.limiters[stage]
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StageError(stage, "the deadline passed before the stage answered", code="DEADLINE_EXCEEDED")
+            await limiter.acquire()
+            timeout = min(self.call_timeout_s, deadline - time.monotonic())
+            retry_reason: str
+            task = self._spawn(stage, self.clients[stage], "POST", url, content=body, headers=headers,
+                               timeout=max(timeout, 0.001))  # fmt: skip
+            task.add_done_callback(lambda _: limiter.release())  # the slot is held as long as the call runs
+            down = asyncio.ensure_future(self._until_down(stage))
+            try:
+                done, _ = await asyncio.wait({task, down}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                down.cancel()
+            try:
+                if down in done and task not in done:
+                    raise StageError(stage, f"went down while the item waited for it ({self.down.get(stage, '')})",
+                                     code="UNAVAILABLE")  # fmt: skip
+                if task not in done:
+                    raise TimeoutError
+                r = task.result()
+            except (httpx.TimeoutException, TimeoutError):
+                if deadline - time.monotonic() <= 0:
+                    raise StageError(stage, f"no answer within {timeout:.1f} s", code="DEADLINE_EXCEEDED") from None
+                retry_reason = f"timed out after {timeout:.1f} s"
+            except httpx.TransportError as exc:
+                retry_reason = f"unreachable at {self.urls[stage]} ({type(exc).__name__})"
+            else:
+                self.wire.add(stage, len(body), len(r.content))
+                if r.status_code not in RETRY_STATUS:
+                    return r
+                retry_reason = f"HTTP {r.status_code}"
                 if attempt >= self.retries:
-                    raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code="UNAVAILABLE")
-                delay = min(self.backoff_s * (2**attempt), 2.0)
-                if time.monotonic() + delay >= deadline:
-                    raise StageError(stage, f"{retry_reason}; no time left to retry", code="UNAVAILABLE")
-                attempt += 1
-                await asyncio.sleep(delay)
+                    code = "RESOURCE_EXHAUSTED" if r.status_code in BUSY_STATUS else "UNAVAILABLE"
+                    raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code=code)
+            if attempt >= self.retries:
+                raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code="UNAVAILABLE")
+            delay = min(self.backoff_s * (2**attempt), 2.0)
+            if time.monotonic() + delay >= deadline:
+                raise StageError(stage, f"{retry_reason}; no time left to retry", code="UNAVAILABLE")
+            attempt += 1
+            await asyncio.sleep(delay)
 
     @staticmethod
     def _one_result(stage: str, r: httpx.Response) -> Message:

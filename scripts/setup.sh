@@ -7,9 +7,31 @@
 # reason (its build imports torch) and without its optional CUDA extension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3.11}
-if ! command -v "$PY" >/dev/null 2>&1; then
-    echo "setup: $PY not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+# Python 3.11, 3.12 or 3.13 (pyproject's requires-python): PYTHON, else the first of python3.11, python3.12,
+# python3.13 on PATH. torch==2.14.1 comes from wherever pip finds a wheel for that Python (a local wheel store
+# through pip's find-links / extra index, else PyPI: cp311, cp312 and cp313 wheels exist there).
+if [ -n "${PYTHON:-}" ]; then
+    PY=$PYTHON
+else
+    PY=""
+    for candidate in python3.11 python3.12 python3.13; do
+        if "$candidate" -c pass >/dev/null 2>&1; then  # runs (a pyenv shim of an inactive version does not)
+            PY=$candidate
+            break
+        fi
+    done
+    if [ -z "$PY" ]; then
+        echo "setup: no python3.11, python3.12 or python3.13 on PATH; install one or set PYTHON=/path/to/python3.X" >&2
+        exit 1
+    fi
+fi
+if ! "$PY" -c pass >/dev/null 2>&1; then
+    echo "setup: $PY not found (or does not run); install Python 3.11, 3.12 or 3.13 or set PYTHON=/path/to/python3.X" >&2
+    exit 1
+fi
+if ! "$PY" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 13) else 1)'; then
+    echo "setup: $PY is Python $("$PY" -c 'import platform; print(platform.python_version())'); this project" \
+        "supports 3.11, 3.12 and 3.13 (set PYTHON=/path/to/python3.X)" >&2
     exit 1
 fi
 
@@ -43,6 +65,36 @@ setup_node() {
 }
 setup_node
 
+# Debian's chromium for the labelling page's browser test (tests/annotation/test_labelling_page.py, driven over
+# the DevTools protocol). In CI it is installed with apt-get when missing (root and apt-get needed) and its
+# absence is an error; elsewhere its absence is reported and that one test is skipped.
+setup_chromium() {
+    command -v chromium >/dev/null 2>&1 && return 0
+    case "${CI:-}" in
+        1 | true | TRUE | True | yes)
+            if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+                echo "setup: apt-get install chromium (browser test)"
+                apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+                command -v chromium >/dev/null 2>&1 && return 0
+            fi
+            echo "setup: chromium not found and not installable here; CI needs Debian's chromium for" \
+                "tests/annotation/test_labelling_page.py (apt-get install chromium)" >&2
+            exit 1
+            ;;
+    esac
+    echo "setup: chromium not found: the labelling page's browser test will be skipped (apt-get install chromium)" >&2
+}
+setup_chromium
+
+if [ -x .venv/bin/python ] && [ -n "${PYTHON:-}" ]; then
+    want=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    have=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if [ "$want" != "$have" ]; then
+        echo "setup: .venv is Python $have, PYTHON=$PY is $want; remove .venv (make clean) to switch" >&2
+        exit 1
+    fi
+fi
 stamp_key=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
 stamp=.venv/.setup-$stamp_key
 if [ -f "$stamp" ]; then

@@ -35,8 +35,11 @@ from google.protobuf.message import Message
 
 from negt2i.wire import adapter
 from negt2i.wire.stage_handlers import StageHandler, StageSettings
+from services import http_guard
 
 log = logging.getLogger("negt2i.services")
+
+http_guard.install()  # header read timeout, connections per peer, /info past BentoML's request cap
 
 HANDLERS: dict[str, StageHandler] = {}
 """The loaded handler of each stage served by this worker process (read by the middleware)."""
@@ -85,6 +88,10 @@ def load_handler(settings: StageSettings) -> StageHandler:
 
 class Overloaded(Exception):
     """The micro-batcher holds ``max_queue`` items already: the request is refused (HTTP 503)."""
+
+
+class TooManyItems(Exception):
+    """A request of more items than ``max_queue``: it could never be admitted (HTTP 413, not worth a retry)."""
 
 
 class ModelThreadDied(RuntimeError):
@@ -161,6 +168,11 @@ class MicroBatcher:
 
     def admit(self, n: int) -> None:
         """Reserve room for ``n`` items (release it with ``release``); ``Overloaded`` when there is none."""
+        if n > self.max_queue:
+            raise TooManyItems(
+                f"a request of {n} items can never be admitted: the stage holds at most {self.max_queue} items at "
+                f"once (NEGT2I_MAX_QUEUE); send at most {self.max_queue} items per request"
+            )
         with self._cond:
             if self._admitted + n > self.max_queue:
                 self.refused += 1
@@ -380,12 +392,16 @@ class StageRuntime:
     async def handle(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The stage API (JSON bodies): HTTP 503 while the model is loading (or failed to load) and when the
         service is overloaded."""
-        from bentoml.exceptions import ServiceUnavailable
+        from http import HTTPStatus
+
+        from bentoml.exceptions import BentoMLException, ServiceUnavailable
 
         try:
             results = await self.serve(items)
         except (RuntimeError, Overloaded) as exc:
             raise ServiceUnavailable(str(exc)) from None
+        except TooManyItems as exc:
+            raise BentoMLException(str(exc), error_code=HTTPStatus.REQUEST_ENTITY_TOO_LARGE) from None
         return await asyncio.to_thread(lambda: [adapter.to_json(m) for m in results])
 
 
@@ -478,6 +494,9 @@ class StageHttpMiddleware:
             results = await runtime.serve(list(request.items))  # type: ignore[attr-defined]
         except (RuntimeError, Overloaded) as exc:
             await _send_json(send, 503, {"error": str(exc)})
+            return
+        except TooManyItems as exc:
+            await _send_json(send, 413, {"error": str(exc)})
             return
         response = self.spec.response
         payload = await asyncio.to_thread(lambda: response(results=results).SerializeToString())

@@ -116,3 +116,40 @@ def test_without_a_side_file_the_page_still_explains(
     assert "not found: masks and boxes are not drawn" in capsys.readouterr().err
     page = (tmp_path / "o" / "audit.html").read_text()
     assert "4 images have no stored perception" in page and lines[0]["statements"][0]["text"] in page
+
+
+def test_grid_shows_the_same_prompts_across_models_with_their_marks(
+    judged: tuple[Path, Path, list[dict[str, Any]]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Figure 8: one row per prompt (one per category by default), one column per results file, each cell
+    that model's image of the prompt with its own verdict mark."""
+    root, first, lines = judged
+    second = tmp_path / "geneval.jsonl"  # the same images judged with other rules: other verdicts
+    argv = ["evaluate", str(root), "--out", str(second), "--backend", "synthetic", "--no-progress"]
+    assert main([*argv, "--rules", "geneval"]) == 0
+    out = tmp_path / "grid"
+    args = ["audit", "--grid", f"current={first}", f"geneval={second}", "--images", str(root), "--images",
+            str(root), "--out", str(out), "--sample", "1"]  # fmt: skip
+    assert main(args) == 0
+    assert "grid of 6 prompts x 2 models" in capsys.readouterr().out
+    page = (out / "grid.html").read_text()
+    rows = re.findall(r"<tr><th class='prompt'>.*?</tr>", page)
+    assert len(rows) == 6
+    by_key = {name: {(r["prompt_id"], r["sample"]): r for r in read_results(path)}
+              for name, path in (("current", first), ("geneval", second))}  # fmt: skip
+    categories = set()
+    for row in rows:
+        pid = re.search(r"prompt ([^<]+)</span></th>", row).group(1)  # type: ignore[union-attr]
+        marks = re.findall(r"class='mark (pass|fail)'", row)
+        assert marks == ["pass" if by_key[n][(pid, 1)]["correct"] else "fail" for n in ("current", "geneval")]
+        categories.add(by_key["current"][(pid, 1)]["category"])
+    assert len(categories) == 6  # one prompt per category
+    assert len(list((out / "grid").glob("*.png"))) == 12
+    # chosen prompts, a missing one, and inputs that do not pair up
+    pid = lines[0]["prompt_id"]
+    assert main([*args[:-2], "--sample", "0", "--prompt", pid]) == 0
+    assert main([*args[:-2], "--prompt", "nope"]) == 2
+    assert "prompt nope sample 0 is not judged in: current, geneval" in capsys.readouterr().err
+    assert main(["audit", "--grid", str(first), str(second), "--images", str(root), "--out", str(out)]) == 2
+    assert "1 folders for 2 results files" in capsys.readouterr().err
+    assert main(["audit", str(first), str(second), "--images", str(root), "--out", str(out)]) == 2

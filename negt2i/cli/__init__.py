@@ -29,10 +29,14 @@ COMMANDS: tuple[str, ...] = (
     "negt2i.cli.report_cmd",
     "negt2i.cli.audit_cmd",
     "negt2i.cli.agreement_cmd",
+    "negt2i.cli.questions_cmd",
+    "negt2i.cli.labels_cmd",
     "negt2i.cli.submit_cmd",
     "negt2i.cli.conformance_cmd",
     "negt2i.cli.backends_cmd",
     "negt2i.cli.generate_cmd",
+    "negt2i.cli.calibrate_cmd",
+    "negt2i.cli.ablate_cmd",
 )
 
 

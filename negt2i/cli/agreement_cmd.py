@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from negt2i.metrics.agreement import ABSENT_RULES, LOO_TIES
+
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -25,7 +27,45 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
+    p.add_argument(
+        "--absent-objects",
+        choices=ABSENT_RULES,
+        default="unsatisfied",
+        help="a judge's statement about an object it calls absent: unsatisfied (Appendix B.2, default) or "
+        "independent (each element on its own, success by omission)",
+    )
+    p.add_argument(
+        "--ours-cost",
+        type=_cost,
+        default=None,
+        metavar="PARAMS,GIB,S_IMG",
+        help="NegT2IBench's cost columns of Table 2, e.g. 1.24B,6.3,0.78 (judges' come from their files' params, "
+        "gpu_gib and seconds fields)",
+    )
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="score images whose elements are only partly labelled (warned); without it that is an error",
+    )
+    p.add_argument(
+        "--loo-tie",
+        choices=LOO_TIES,
+        default="unsatisfied",
+        help="inter-annotator score: a tie among the other annotators (1-1 with m = 3) counts as unsatisfied "
+        "(strict majority, default) or satisfied",
+    )
     p.set_defaults(func=_run)
+
+
+def _cost(text: str) -> dict[str, Any]:
+    parts = text.split(",")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"expected PARAMS,GIB,S_IMG (e.g. 1.24B,6.3,0.78), got {text!r}")
+    try:
+        gib, s_img = float(parts[1]), float(parts[2])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"GIB and S_IMG must be numbers, got {text!r}") from None
+    return {"params": parts[0].strip() or None, "gpu_gib": gib, "s_per_image": s_img, "s_per_question": None}
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -39,6 +79,10 @@ def _run(args: argparse.Namespace) -> int:
             n_resamples=args.bootstrap,
             seed=args.seed,
             confidence=args.confidence,
+            absent_objects=args.absent_objects,
+            loo_tie=args.loo_tie,
+            allow_partial=args.allow_partial,
+            ours_cost=args.ours_cost,
         )
         written = write_agreement(result, args.out)
     except ValueError as exc:

@@ -1,4 +1,7 @@
-"""``negt2i audit RESULTS --images DIR --out DIR``: an HTML page showing why each verdict came out as it did."""
+"""``negt2i audit RESULTS --images DIR --out DIR``: an HTML page showing why each verdict came out as it did.
+
+``negt2i audit --grid NAME=RESULTS ... --images NAME=DIR ... --out DIR``: the same prompts across several
+models, one image per model with its verdict mark (the paper's Figure 8; ``negt2i.audit_grid``)."""
 
 from __future__ import annotations
 
@@ -17,8 +20,14 @@ def register(sub: Any) -> None:
         "dead-zone cases marked. Masks come from the perception side file written by `negt2i evaluate "
         "--save-perception`; no model runs.",
     )
-    p.add_argument("results", metavar="RESULTS", help="results JSONL of negt2i evaluate / submit")
-    p.add_argument("--images", required=True, metavar="DIR", help="the folder the results' filenames are under")
+    p.add_argument(
+        "results", nargs="+", metavar="RESULTS",
+        help="results JSONL of negt2i evaluate / submit (with --grid: several, each NAME=PATH or PATH)",
+    )  # fmt: skip
+    p.add_argument(
+        "--images", required=True, action="append", metavar="DIR",
+        help="the folder the results' filenames are under (with --grid: one per results file, in order, or NAME=DIR)",
+    )  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created)")
     p.add_argument(
         "--perception", metavar="PATH", help="perception side file (default: RESULTS with .perception.jsonl)"
@@ -28,12 +37,68 @@ def register(sub: Any) -> None:
     p.add_argument("--category", action="append", default=[], metavar="C", help="only this category (repeatable)")
     p.add_argument("--limit", type=int, default=50, metavar="N", help="at most N images, sampled (default 50)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    grid = p.add_argument_group("cross-model grid (Figure 8)")
+    grid.add_argument("--grid", action="store_true", help="one row per prompt, one column per results file")
+    grid.add_argument(
+        "--prompt",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="a row of the grid (repeatable; default: one prompt per category, drawn with --seed)",
+    )
+    grid.add_argument("--sample", type=int, default=0, metavar="K", help="which image of each prompt (default 0)")
     p.set_defaults(func=_run)
+
+
+def _named(specs: list[str], what: str) -> list[tuple[str | None, str]]:
+    out: list[tuple[str | None, str]] = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        out.append((name, path) if sep and name and path else (None, spec))
+    if any(n is None for n, _ in out) and any(n is not None for n, _ in out):
+        raise ValueError(f"{what}: name all of them (NAME=PATH) or none")
+    return out
+
+
+def _run_grid(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from negt2i.audit import AuditError
+    from negt2i.audit_grid import grid_model, write_grid
+    from negt2i.results import read_results
+
+    try:
+        results = [(n or Path(p).stem, p) for n, p in _named(args.results, "results")]
+        images = _named(args.images, "--images")
+        if images[0][0] is None:
+            if len(images) != len(results):
+                raise ValueError(f"--images: {len(images)} folders for {len(results)} results files (one each)")
+            folders = {name: path for (name, _), (_, path) in zip(results, images, strict=True)}
+        else:
+            folders = {str(n): p for n, p in images}
+            missing = [name for name, _ in results if name not in folders]
+            if missing:
+                raise ValueError(f"--images: no folder for {', '.join(missing)}")
+        if args.sample < 0:
+            raise ValueError("--sample must be >= 0")
+        models = [grid_model(name, list(read_results(path)), folders[name]) for name, path in results]
+        page = write_grid(models, args.out, prompt_ids=args.prompt, sample=args.sample, seed=args.seed)
+    except (AuditError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"grid of {len(page.prompts)} prompts x {len(models)} models: {page.html}")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.grid:
+        return _run_grid(args)
+    if len(args.results) != 1 or len(args.images) != 1:
+        print("error: one RESULTS and one --images (several only with --grid)", file=sys.stderr)
+        return 2
+    args.results, args.images = args.results[0], args.images[0]
     from negt2i.audit import AuditError, select, write_audit
     from negt2i.perception_file import default_path, read_perception
     from negt2i.results import read_results

@@ -66,13 +66,16 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--token-file", default=os.environ.get("NEGT2I_TOKEN_FILE", ""),
                    help="file holding the bearer token [NEGT2I_TOKEN_FILE; or NEGT2I_TOKEN]")  # fmt: skip
-    p.add_argument("--wait", type=float, default=60.0, help="seconds to wait for the orchestrator to be SERVING")
+    p.add_argument("--wait", type=float, default=60.0,
+                   help="seconds to wait for the categories these images need to be SERVING")  # fmt: skip
+    p.add_argument("--connect-timeout", type=float, default=5.0,
+                   help="seconds without any answer (nothing listens, TLS mismatch) before giving up")  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from negt2i.client import ClientError, EvaluatorClient, submit
+    from negt2i.client import ClientError, EvaluatorClient, needed_health, submit
     from negt2i.evaluate import EvaluateError, discover, select_shard
     from negt2i.results import ResultsFileError
     from negt2i.spec import SpecError
@@ -97,12 +100,17 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     with client_cm as client:
-        if not client.wait_ready(args.wait):
-            print(
-                f"error: the orchestrator at {args.orchestrator} is not SERVING after {args.wait:.0f} s",
-                file=sys.stderr,
-            )
+        try:  # only the categories these jobs need (a colour-only folder runs while the segmenter is down)
+            down = client.wait_serving(needed_health(jobs[: args.limit] if args.limit is not None else jobs),
+                                       timeout=args.wait, connect_timeout=min(args.connect_timeout, args.wait),
+                                       partial=True)  # fmt: skip
+        except ClientError as exc:
+            print(f"error: {exc.details}", file=sys.stderr)
             return 3
+        if down:
+            names = ", ".join(n.rsplit("/", 1)[-1] for n in down)
+            print(f"warning: not SERVING after {args.wait:.0f} s: {names}; their images are left for a rerun",
+                  file=sys.stderr)  # fmt: skip
         try:
             outcome = submit(
                 jobs, args.out, args.orchestrator, limit=args.limit, timeout=args.timeout,

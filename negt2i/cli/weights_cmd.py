@@ -1,4 +1,5 @@
-"""``negt2i weights fetch|list``: download the real models' weights and show what the cache holds."""
+"""``negt2i weights fetch|list|record``: download the real models' weights, show what the cache holds, and
+record the hashes of weights fetched by hand (docs/weights.md)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def register(sub: Any) -> None:
     fetch.add_argument("--dir", default=None, help=dir_help)
     fetch.add_argument("--force", action="store_true", help="download again even when present and verified")
     fetch.set_defaults(func=_fetch)
+    rec = wsub.add_parser(
+        "record",
+        help="check weights fetched by hand and write their negt2i-weights.json",
+        description="For weights copied into DIR/NAME by hand (docs/weights.md): check every expected file is "
+        "there and matches the hashes the table knows, then write NAME/negt2i-weights.json with the SHA-256 and "
+        "size of each file, so that loading verifies them from then on.",
+    )
+    rec.add_argument("names", nargs="+", help="backends whose folders to record (negt2i weights list)")
+    rec.add_argument("--dir", default=None, help=dir_help)
+    rec.add_argument("--revision", default=None, help="the revision you fetched (default: the table's)")
+    rec.set_defaults(func=_record)
     lst = wsub.add_parser("list", help="the weights table and what the cache holds")
     lst.add_argument("--dir", default=None, help=dir_help)
     lst.set_defaults(func=_list)
@@ -84,4 +96,19 @@ def _list(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    from negt2i import weights
+
+    root = weights.weights_dir(args.dir)
+    try:
+        for name in args.names:
+            e = weights.entry(name)
+            main = weights.record_lock(e, root / e.name, args.revision or e.revision)
+            print(f"{name}: recorded {root / e.name / weights.LOCK_NAME} (sha256 {main[:16]}...)")
+    except (weights.WeightsError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 0

@@ -17,6 +17,16 @@ setting in the paper's order, ``per_cell`` prompts are made:
   for this subject, and the pair with the under-used predicate for that polarity
   wins, then the least-used target.
 
+  A selector that answers per pool (``asks_per_pool``, the LLM selector) is asked
+  during balancing, as the paper's selector is ("receives a shared subject, a
+  candidate pool of target objects, and the allowed predicates"): the pool is the
+  ``target_pool`` least-used targets of all classes (not yet in the prompt), the
+  selector returns the plausible pairs among them, and the under-used predicate,
+  then the least-used target, wins; a pool with no plausible pair is doubled until
+  it holds one (or the subject is redrawn). The offline table selector answers for
+  the whole vocabulary up front (the paths agree in the policy; the committed
+  corpus is the table's).
+
 A prompt whose text already exists in the category is redrawn. Everything is a
 function of (seed, selector answers), so the same seed, selector and cache give
 a byte-identical file.
@@ -111,12 +121,18 @@ class _AttributeState:
         raise BuildError(f"{pid}: no new prompt after {_MAX_ATTEMPTS} attempts")
 
 
+class _NoPair(Exception):
+    """The selector finds no plausible pair for this subject among every remaining target."""
+
+
 @dataclass
 class _RelationState:
     category: Category
     plausible: dict[str, tuple[Pair, ...]]
     rng: random.Random
     target_pool: int
+    ask: Callable[[str, list[str]], tuple[Pair, ...]] | None = None
+    """Per-pool selector (``asks_per_pool``): ``plausible`` is unused and the pool is asked during balancing."""
     subjects: Counter[str] = field(default_factory=Counter)
     targets: Counter[str] = field(default_factory=Counter)
     predicates: Counter[tuple[str, Polarity]] = field(default_factory=Counter)
@@ -126,7 +142,29 @@ class _RelationState:
         return self.subjects[c] + self.targets[c]
 
     def __post_init__(self) -> None:
-        self.n_targets = {s: len({t for _, t in self.plausible[s]}) for s in BENCHMARK_CLASSES}
+        if self.ask is not None:  # unknown until asked: every subject may try, a failed pick redraws it
+            self.n_targets = {s: len(BENCHMARK_CLASSES) - 1 for s in BENCHMARK_CLASSES}
+        else:
+            self.n_targets = {s: len({t for _, t in self.plausible[s]}) for s in BENCHMARK_CLASSES}
+
+    def _open_pairs(
+        self, subject: str, used: set[str], target_use: Callable[[str], tuple[float, ...]], pool_size: int
+    ) -> tuple[list[Pair], list[str]]:
+        """The open (predicate, target) pairs and the candidate pool they are chosen from."""
+        if self.ask is None:
+            open_pairs = [(p, t) for p, t in self.plausible[subject] if t not in used]
+            pool = least_used(list(dict.fromkeys(t for _, t in open_pairs)), target_use, self.rng, pool_size)
+            return open_pairs, pool
+        candidates = [t for t in BENCHMARK_CLASSES if t not in used]
+        size = pool_size
+        while True:
+            pool = least_used(candidates, target_use, self.rng, size)
+            pairs = [(p, t) for p, t in self.ask(subject, pool) if t in pool and t not in used]
+            if pairs:
+                return pairs, list(dict.fromkeys(t for _, t in pairs))
+            if size >= len(candidates):
+                raise _NoPair(subject)
+            size *= 2
 
     def _pick(
         self,
@@ -144,12 +182,11 @@ class _RelationState:
         ``targets`` / ``predicates`` are this prompt's own (not yet committed) uses; a
         redraw (``novel_first``) prefers clauses this subject has not made yet.
         """
-        open_pairs = [(p, t) for p, t in self.plausible[subject] if t not in used]
 
         def target_use(t: str) -> tuple[float, ...]:
             return (self.targets[t] + targets[t], self._total(t) + targets[t])
 
-        pool = least_used(list(dict.fromkeys(t for _, t in open_pairs)), target_use, self.rng, pool_size)
+        open_pairs, pool = self._open_pairs(subject, used, target_use, pool_size)
         ranks = {t: self.rng.random() for t in sorted(pool)}
 
         def key(pair: Pair) -> tuple[float, ...]:
@@ -175,20 +212,23 @@ class _RelationState:
             predicates: Counter[tuple[str, Polarity]] = Counter()
             used = {subject}
             selections: list[RelationSelection] = []
-            for polarity in _polarities(positive, negated):
-                pred, target = self._pick(
-                    subject,
-                    polarity=polarity,
-                    used=used,
-                    targets=targets,
-                    predicates=predicates,
-                    pool_size=pool_size,
-                    novel_first=attempt > 0,
-                )
-                selections.append(RelationSelection(pred, target, polarity))
-                used.add(target)
-                targets[target] += 1
-                predicates[(pred, polarity)] += 1
+            try:
+                for polarity in _polarities(positive, negated):
+                    pred, target = self._pick(
+                        subject,
+                        polarity=polarity,
+                        used=used,
+                        targets=targets,
+                        predicates=predicates,
+                        pool_size=pool_size,
+                        novel_first=attempt > 0,
+                    )
+                    selections.append(RelationSelection(pred, target, polarity))
+                    used.add(target)
+                    targets[target] += 1
+                    predicates[(pred, polarity)] += 1
+            except _NoPair:
+                continue
             prompt = relation_prompt(pid, self.category, subject, selections)
             if prompt.prompt in seen:
                 continue
@@ -223,6 +263,12 @@ def build_category(
         if empty:
             raise BuildError(f"{category}: the selector finds no plausible value for {', '.join(empty)}")
         state = _AttributeState(category, {c: plausible[c] for c in BENCHMARK_CLASSES}, rng)
+    elif getattr(selector, "asks_per_pool", False):
+
+        def ask(subject: str, pool: list[str]) -> tuple[Pair, ...]:
+            return selector.relation_pairs(category, subject, pool)
+
+        state = _RelationState(category, {}, rng, target_pool, ask=ask)
     else:
         pairs = {s: selector.relation_pairs(category, s, BENCHMARK_CLASSES) for s in BENCHMARK_CLASSES}
         empty = [c for c in BENCHMARK_CLASSES if not pairs[c] and not any(t == c for v in pairs.values() for _, t in v)]

@@ -16,10 +16,13 @@ One interface, two implementations:
   works offline).
 
 The selector only filters; the builder balances among what it returns ("among
-valid combinations, balancing takes priority over selector preference"). Queries
-do not depend on the balancing state: attributes are asked once per (category,
-object), relations once per (category, subject, slice of candidate targets), so
-one cache serves every seed.
+valid combinations, balancing takes priority over selector preference").
+Attributes are asked once per (category, object). Relations: the table selector
+answers for the whole vocabulary up front; the LLM selector (``asks_per_pool``)
+is asked by the builder *during* balancing with the subject and the candidate
+pool the balancer drew (the least-used targets, Appendix A.1), as the paper's
+selector is, so its requests depend on the seed; each is cached like any other,
+and a rebuild with the same seed and cache replays them offline.
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ class PlausibilitySelector(Protocol):
 
 class TableSelector:
     """The default selector: the offline plausibility table (see ``plausibility``)."""
+
+    asks_per_pool = False
+    """The builder asks for the whole vocabulary once (the answers do not depend on the pool)."""
 
     @property
     def name(self) -> str:
@@ -277,6 +283,9 @@ class LLMSelector:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    asks_per_pool = True
+    """The builder asks during balancing, with the candidate pool it drew (``negt2i.corpus.build``)."""
+
     @property
     def name(self) -> str:
         return "llm"
@@ -285,6 +294,7 @@ class LLMSelector:
         return {
             "name": self.name,
             "model": self.model,
+            "relation_queries": "the balancer's candidate pool per clause",
             "pool_size": self.pool_size,
             "json_mode": self.json_mode,
             "system_prompt_sha256": hashlib.sha256(SYSTEM_PROMPT.encode()).hexdigest(),

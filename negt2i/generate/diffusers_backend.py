@@ -9,7 +9,10 @@ that says how to fetch it. Quantised presets load the listed components in
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -71,8 +74,116 @@ def resolved_revision(source: str, revision: str | None) -> str | None:
     return Path(found).parent.name if isinstance(found, str) else revision
 
 
+def _is_local(source: str) -> bool:
+    return source.startswith(("/", ".", "~")) or Path(source).expanduser().exists()
+
+
+def _visible_files(folder: Path) -> list[Path]:
+    found = (p for p in folder.rglob("*") if p.is_file())
+    return sorted(p for p in found if not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def loaded_files(folder: Path) -> list[Path]:
+    """The files of a local model folder that loading reads: for a diffusers folder, ``model_index.json`` and
+    every file under the component sub-folders it names; otherwise (a transformers folder, a component)
+    every file. Hidden files and folders (``.cache``, ``.git``) are left out."""
+    index = folder / "model_index.json"
+    if not index.is_file():
+        return _visible_files(folder)
+    try:
+        names = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise GenerateError(f"{index}: cannot be read ({exc})") from None
+    files = [index]
+    for name, value in sorted(names.items()) if isinstance(names, dict) else ():
+        sub = folder / name
+        if isinstance(value, list) and any(v is not None for v in value) and sub.is_dir():
+            files.extend(_visible_files(sub))
+    return files
+
+
+def folder_digest(folder: Path) -> str:
+    """SHA-256 (hex) of a local model: each loaded file's relative path, size and SHA-256, in path order."""
+    from negt2i.weights import file_digest
+
+    h = hashlib.sha256()
+    for path in loaded_files(folder):
+        rel = path.relative_to(folder).as_posix()
+        h.update(f"{rel}\t{path.stat().st_size}\t{file_digest(path)}\n".encode())
+    return h.hexdigest()
+
+
+def cached_commit(repo: str, revision: str | None) -> str | None:
+    """The commit of ``repo`` at ``revision`` (default ``main``) in the Hugging Face cache, or ``None`` when
+    that snapshot is not there. Reads the cache layout only (``refs/`` and ``snapshots/``): no network."""
+    from huggingface_hub import constants
+
+    base = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
+    rev = revision or "main"
+    if len(rev) == 40 and all(c in "0123456789abcdef" for c in rev):
+        commit = rev
+    else:
+        try:
+            commit = (base / "refs" / rev).read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+    return commit if (base / "snapshots" / commit).is_dir() else None
+
+
+def weights_identity(spec: ModelSpec, *, allow_download: bool = False, strict: bool = True) -> dict[str, Any]:
+    """What identifies the weights of ``spec``, per source (``model`` and each separately loaded component):
+    ``{"source": folder, "sha256": folder_digest}`` for a local folder, ``{"source": repo, "revision": commit}``
+    for a Hugging Face repository in the cache. Fast and offline: with ``strict`` (the default), weights
+    that are not there raise one ``GenerateError`` saying how to fetch them, before anything is created or
+    loaded; a repository that ``allow_download`` will fetch is recorded with the revision asked for."""
+    sources = [("model", spec.model, spec.revision)]
+    sources += [(f"component:{c.name}", c.resolved_source(), None) for c in spec.components]
+    out: dict[str, Any] = {}
+    for name, source, revision in sources:
+        if not source:
+            if strict:
+                comp = name.split(":", 1)[1]
+                env = next(c.source[1:] for c in spec.components if c.name == comp)
+                raise GenerateError(
+                    f"{spec.name}: component {comp} needs a folder: set {env} "
+                    "(see the preset's notes: negt2i generate --list-models)"
+                )
+            continue
+        if _is_local(source):
+            folder = Path(source).expanduser()
+            if not folder.is_dir() or not any(folder.iterdir()):
+                if strict:
+                    raise GenerateError(fetch_hint(source, revision))
+                continue
+            out[name] = {"source": str(folder.resolve()), "sha256": folder_digest(folder)}
+            continue
+        commit = cached_commit(source, revision)
+        if commit is None and strict and not allow_download:
+            raise GenerateError(fetch_hint(source, revision))
+        if commit is not None or allow_download:
+            out[name] = {"source": source, "revision": commit or revision or "main"}
+    return out
+
+
+def pipeline_defaults(pipe: Any, guidance_arg: str) -> dict[str, Any]:
+    """The pipeline call's own defaults of the settings a spec may leave to it (``steps``, ``guidance``)."""
+    try:
+        params = inspect.signature(pipe.__call__).parameters
+    except (TypeError, ValueError):
+        return {}
+    out: dict[str, Any] = {}
+    for key, arg in (("steps", "num_inference_steps"), ("guidance", guidance_arg)):
+        param = params.get(arg)
+        if param is not None and param.default is not inspect.Parameter.empty and param.default is not None:
+            out[key] = param.default
+    return out
+
+
 class DiffusersGenerator:
     """A diffusers pipeline for ``spec`` on ``device`` in ``dtype``."""
+
+    preflight = staticmethod(weights_identity)
+    """Checked by the runner before it creates anything (``negt2i.generate.registry.preflight``)."""
 
     def __init__(self, spec: ModelSpec, *, device: str, dtype: str, allow_download: bool = False) -> None:
         try:
@@ -80,7 +191,8 @@ class DiffusersGenerator:
             import torch
         except ImportError:
             raise GenerateError(
-                "negt2i generate needs diffusers: pip install 'negt2ibench[generate]' (diffusers, accelerate)"
+                "negt2i generate needs diffusers: from the repository root, pip install '.[generate]' "
+                "(diffusers, accelerate; or make setup)"
             ) from None
         self.spec = spec
         self.device = device
@@ -136,13 +248,16 @@ class DiffusersGenerator:
         return load_or_explain(loader.from_pretrained, source, kwargs)
 
     def info(self) -> dict[str, Any]:
-        """Pipeline and scheduler classes, the resolved revision, and the separately loaded components."""
+        """Pipeline and scheduler classes, the resolved revision, the separately loaded components, and the
+        pipeline's own defaults of the settings the spec leaves to it (``defaults``)."""
         scheduler = getattr(self.pipe, "scheduler", None)
         return {
             "pipeline": type(self.pipe).__name__,
             "scheduler": type(scheduler).__name__ if scheduler is not None else None,
             "revision": self._revision,
             "components": {c.name: c.resolved_source() for c in self.spec.components},
+            "defaults": pipeline_defaults(self.pipe, self.spec.guidance_arg),
+            "guidance": self.spec.guidance_record(),
         }
 
     def generate(self, prompts: Sequence[str], seeds: Sequence[int]) -> list[PILImage.Image]:
@@ -160,6 +275,8 @@ class DiffusersGenerator:
             call["num_inference_steps"] = spec.steps
         if spec.guidance is not None:
             call[spec.guidance_arg] = spec.guidance
+        if spec.cfg_unconditional is not None:  # content-free: switches CFG on where only a negative prompt does
+            call["negative_prompt"] = [spec.cfg_unconditional] * len(prompts)
         call.update(dict(spec.options))
         with torch.inference_mode():
             images = list(self.pipe(**call).images)

@@ -3,7 +3,15 @@
 Protocol (Appendix E.1): four samples per prompt with seeds 42, 43, 44, 45; each
 pipeline's *native* generation settings (steps and resolution of Table 18, the
 guidance its model card registers); no prompt engineering; the CFG
-negative-prompt field unused (``negt2i generate`` never passes one).
+negative-prompt field unused (``negt2i generate`` never passes one with content).
+
+Our reading of "unused" for pipelines whose CFG is switched on only by a negative
+prompt (diffusers' Qwen-Image: ``true_cfg_scale > 1 and negative_prompt is not
+None``): the field carries no content, but the native configuration still runs CFG,
+so such a preset passes the model card's content-free unconditional text
+(``cfg_unconditional``, Qwen-Image: ``" "``) -- the same empty unconditional branch
+every other CFG pipeline builds by itself. ``ModelSpec.guidance_record`` states the
+guidance that is in effect; it is written into each run's provenance.
 
 A ``ModelSpec`` is everything that decides the pixels besides the prompt and the
 seed; its ``digest()`` identifies a run, and an output folder never mixes two
@@ -86,6 +94,10 @@ class ModelSpec:
     components: tuple[Component, ...] = ()
     options: tuple[tuple[str, Any], ...] = ()
     """Extra keyword arguments of the pipeline call (never a negative prompt)."""
+    cfg_unconditional: str | None = None
+    """Content-free text passed as ``negative_prompt`` to a pipeline that runs CFG only when one is
+    given (``guidance_arg == "true_cfg_scale"``; Qwen-Image: ``" "``, its model card's value when there
+    is no concept to remove). ``None``: no negative prompt is passed at all."""
     notes: str = ""
     """What is known and what could not be checked about these settings."""
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -95,6 +107,8 @@ class ModelSpec:
         data = asdict(self)
         data.pop("notes")
         data.pop("extra")
+        if data["cfg_unconditional"] is None:  # absent unless set: the other presets' digests stay as they were
+            data.pop("cfg_unconditional")
         record: dict[str, Any] = json.loads(json.dumps(data))  # tuples -> lists, as read back from disk
         return record
 
@@ -104,6 +118,23 @@ class ModelSpec:
         data.pop("label")
         text = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def guidance_record(self) -> dict[str, Any]:
+        """The guidance in effect, as provenance: argument, scale, unconditional text and whether CFG runs.
+
+        ``cfg`` follows diffusers' own switch: ``true_cfg_scale`` runs CFG iff scale > 1 and a negative
+        prompt is passed; ``guidance_scale`` pipelines decide by themselves (``None`` here: distilled
+        models embed the scale instead of running two branches).
+        """
+        cfg: bool | None = None
+        if self.guidance_arg == "true_cfg_scale":
+            cfg = self.guidance is not None and self.guidance > 1 and self.cfg_unconditional is not None
+        return {
+            "argument": self.guidance_arg,
+            "scale": self.guidance,
+            "negative_prompt": self.cfg_unconditional,
+            "cfg": cfg,
+        }
 
     def with_overrides(self, **changes: Any) -> ModelSpec:
         """A copy with the given fields replaced (``None`` values ignored)."""
@@ -165,8 +196,11 @@ PRESETS: Final[dict[str, ModelSpec]] = {
         ModelSpec(
             "qwen-image", "Qwen-Image", "Qwen/Qwen-Image",
             pipeline="QwenImagePipeline", steps=50, guidance=4.0, guidance_arg="true_cfg_scale",
-            notes="true_cfg_scale 4.0 from the model card; diffusers applies true CFG only with a negative "
-            "prompt, which the protocol leaves unused, so it runs without CFG (not checked against the paper).",
+            cfg_unconditional=" ",
+            notes="true_cfg_scale 4.0 with negative_prompt ' ', as the model card runs it: diffusers applies "
+            "true CFG only when a negative prompt is given, and ' ' is the card's content-free value. We read "
+            "the paper's 'negative-prompt field unused' as 'no content' and its 'native configuration' as "
+            "CFG on (the paper does not say which it ran).",
         ),
         ModelSpec(
             "sd1.5", "SD 1.5", "stable-diffusion-v1-5/stable-diffusion-v1-5",

@@ -82,15 +82,34 @@ def available() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def create(spec: ModelSpec, **options: Any) -> Generator:
-    """Build the generator ``spec.generator`` for ``spec``; the error lists the known names."""
+def preflight(spec: ModelSpec, *, allow_download: bool = False, strict: bool = True) -> dict[str, Any]:
+    """Before anything is created: the weights identity of ``spec`` (``weights_identity`` of the diffusers
+    generator: a content digest of a local folder, the commit of a cached repository), checked to be there
+    with ``strict``. A generator opts in with a ``preflight(spec, *, allow_download, strict)`` attribute on its
+    factory; others give ``{}``. An unknown generator name is an error here already."""
+    _load()
+    if not strict and spec.generator not in _FACTORIES:
+        return {}
+    factory = _factory(spec.generator)
+    check = getattr(factory, "preflight", None)
+    if check is None:
+        return {}
+    identity: dict[str, Any] = check(spec, allow_download=allow_download, strict=strict)
+    return identity
+
+
+def _factory(name: str) -> Factory:
+    """The factory registered as ``name``; the error lists the known names."""
     _load()
     try:
-        factory = _FACTORIES[spec.generator]
+        return _FACTORIES[name]
     except KeyError:
         known = ", ".join(sorted(_FACTORIES)) or "none"
         raise GenerateError(
-            f"unknown generator {spec.generator!r}; registered: {known} (register one in a module named in "
-            f"{MODULES_ENV})"
+            f"unknown generator {name!r}; registered: {known} (register one in a module named in {MODULES_ENV})"
         ) from None
-    return factory(spec, **options)
+
+
+def create(spec: ModelSpec, **options: Any) -> Generator:
+    """Build the generator ``spec.generator`` for ``spec``; the error lists the known names."""
+    return _factory(spec.generator)(spec, **options)

@@ -43,8 +43,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 
+from negt2i.files import open_regular, read_regular
 from negt2i.generate.presets import DEFAULT_SEEDS, ModelSpec
-from negt2i.generate.registry import GenerateError, Generator, create
+from negt2i.generate.registry import GenerateError, Generator, create, preflight
 from negt2i.spec import Prompt, dumps_prompt
 
 if TYPE_CHECKING:
@@ -120,8 +121,9 @@ def prompts_digest(prompts: Sequence[Prompt]) -> str:
 
 
 def _sha256(path: Path) -> str:
+    """SHA-256 of a regular file's bytes; a FIFO or device raises ``SpecialFileError`` (an ``OSError``) at once."""
     h = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open_regular(path) as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
@@ -149,6 +151,7 @@ class OutputFolder:
         self.root = root
         self.run = run
         self.digest = str(run["settings_digest"])
+        self.weights_digest: str | None = run.get("weights_digest")
         self._lock: IO[bytes] | None = None
         self._open(shard)
 
@@ -194,15 +197,28 @@ class OutputFolder:
             fields = sorted(k for k in set(old) | set(new) if k != "label" and old.get(k) != new.get(k))
             shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in fields[:6])
             diffs.append(f"settings ({shown or existing.get('settings_digest')})")
+        if _differ(existing.get("weights_digest"), self.weights_digest):
+            old_w, new_w = existing.get("weights") or {}, self.run["weights"]
+            changed = sorted(k for k in set(old_w) & set(new_w) if old_w[k] != new_w[k]) or sorted(new_w)
+            where = ", ".join(str(new_w[k].get("source", k)) for k in changed if k in new_w)
+            diffs.append(
+                f"weights (the files under {where} changed: weights digest {existing.get('weights_digest')} -> "
+                f"{self.weights_digest})"
+            )
         if existing.get("seeds") != self.run["seeds"]:
             diffs.append(f"seeds ({existing.get('seeds')} -> {self.run['seeds']})")
         if existing.get("prompts_digest") != self.run["prompts_digest"]:
             diffs.append("prompts (another prompt file or order)")
         if diffs:
             raise GenerateError(
-                f"{self.root} was generated with other {'; '.join(diffs)}; one folder never mixes models or "
-                "settings: write to another --out folder"
+                f"{self.root} was generated with other {'; '.join(diffs)}; one folder never mixes models, "
+                f"weights or settings: start a new folder with another --out (e.g. --out {self._new_name()})"
             )
+
+    def _new_name(self) -> str:
+        """A suggestion for a new output folder: this one's name with the run's digest appended."""
+        tail = self.weights_digest or self.digest
+        return f"{self.root.as_posix().rstrip('/')}-{tail[:8]}"
 
     def close(self) -> None:
         if self._lock is not None:
@@ -215,8 +231,8 @@ class OutputFolder:
         if not png.exists():
             return "missing"
         try:
-            prov = json.loads((self.root / sample.provenance_name).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            prov = json.loads(read_regular(self.root / sample.provenance_name))
+        except (OSError, ValueError):  # unreadable, not a regular file, not JSON: made again
             return "partial"
         if not isinstance(prov, dict):
             return "partial"
@@ -225,9 +241,19 @@ class OutputFolder:
                 f"{self.root / sample.provenance_name} names settings {prov.get('settings_digest')}, this run "
                 f"uses {self.digest}; one folder never mixes models or settings"
             )
+        if _differ(prov.get("weights_digest"), self.weights_digest):
+            raise GenerateError(
+                f"{self.root / sample.provenance_name} was made from other weights (weights digest "
+                f"{prov.get('weights_digest')}, now {self.weights_digest}); one folder never mixes images of "
+                f"different weights: start a new folder with another --out (e.g. --out {self._new_name()})"
+            )
         if prov.get("seed") != sample.seed or prov.get("prompt_id") != sample.prompt.id:
             return "partial"
-        return "done" if prov.get("image_sha256") == _sha256(png) else "partial"
+        try:
+            digest = _sha256(png)
+        except OSError:  # unreadable, or not a regular file (a FIFO is never opened): made again
+            return "partial"
+        return "done" if prov.get("image_sha256") == digest else "partial"
 
     def ensure_metadata(self, sample: Sample) -> None:
         """Write ``<folder>/metadata.jsonl`` once; an existing one must hold this prompt."""
@@ -299,6 +325,35 @@ def _job(root: Path, sample: Sample) -> Job:
     return Job(sample.filename, root / sample.filename, sample.k, sample.prompt, None, sample.prompt.id)
 
 
+def _differ(recorded: Any, current: str | None) -> bool:
+    """Two weights digests that are both known and differ (a folder from before digests, or a run whose
+    generator was handed in without a local folder, has none to compare)."""
+    return recorded is not None and current is not None and recorded != current
+
+
+def weights_digest(weights: dict[str, Any]) -> str | None:
+    """SHA-256 (16 hex digits) of a run's weights identity (``None`` when it does not name the model)."""
+    if "model" not in weights:
+        return None
+    return hashlib.sha256(json.dumps(weights, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def effective_settings(spec: ModelSpec, info: dict[str, Any], weights: dict[str, Any]) -> dict[str, Any]:
+    """The settings a sample was made with, as used: a value the spec leaves to the pipeline is the pipeline's
+    default (``info["defaults"]``), the revision is the resolved commit, or for a local folder its content
+    digest (``sha256:...``); only what the generator cannot tell stays ``None``."""
+    defaults = info.get("defaults") or {}
+    model = weights.get("model") or {}
+    local = f"sha256:{model['sha256']}" if "sha256" in model else None
+    return {
+        "revision": info.get("revision") or model.get("revision") or local or spec.revision,
+        "pipeline": info.get("pipeline") or spec.pipeline,
+        "scheduler": info.get("scheduler"),
+        "steps": spec.steps if spec.steps is not None else defaults.get("steps"),
+        "guidance": spec.guidance if spec.guidance is not None else defaults.get("guidance"),
+    }
+
+
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when available, else ``cpu``."""
     if device != "auto":
@@ -338,10 +393,15 @@ def generate(
     root = Path(out)
     device = resolve_device(device)
     samples = plan(prompts, seeds, limit=limit, shard=shard)
+    # Before anything is created: the weights are there (or one error says how to fetch them), and what they
+    # are (a local folder's content digest, a cached repository's commit) joins the run's identity.
+    weights = preflight(spec, allow_download=allow_download, strict=generator is None)
     run = {
         "tool": "negt2i generate",
         "settings": spec.record(),
         "settings_digest": spec.digest(),
+        "weights": weights,
+        "weights_digest": weights_digest(weights),
         "seeds": list(seeds),
         "prompts_digest": prompts_digest(prompts),
         "prompts": len(prompts),
@@ -358,7 +418,7 @@ def generate(
             if state == "done":
                 summary.skipped += 1
                 if scorer is not None:  # the scorer skips it when its line matches the file's content
-                    scorer.submit(_job(root, sample), (root / sample.filename).read_bytes())
+                    scorer.submit(_job(root, sample), read_regular(root / sample.filename))
                 continue
             summary.regenerated += state == "partial"
             todo.append(sample)
@@ -368,6 +428,7 @@ def generate(
         info = gen.info()
         summary.info = info
         versions = library_versions()
+        effective = effective_settings(spec, info, weights)
         from tqdm import tqdm
 
         bar = tqdm(total=len(todo), unit="img", desc="generate", disable=not progress, dynamic_ncols=True)
@@ -385,12 +446,9 @@ def generate(
                     "seed": sample.seed,
                     "model": spec.label,
                     "model_id": spec.model,
-                    "revision": info.get("revision") or spec.revision,
-                    "pipeline": info.get("pipeline"),
-                    "scheduler": info.get("scheduler"),
-                    "steps": spec.steps,
-                    "guidance": spec.guidance,
+                    **effective,
                     "guidance_arg": spec.guidance_arg,
+                    "guidance_in_effect": {**spec.guidance_record(), "scale": effective["guidance"]},
                     "resolution": [spec.width, spec.height],
                     "image_size": list(image.size),
                     "dtype": spec.dtype,
@@ -398,6 +456,8 @@ def generate(
                     "components": info.get("components") or {},
                     "settings": spec.record(),
                     "settings_digest": spec.digest(),
+                    "weights": weights,
+                    "weights_digest": folder.weights_digest,
                     "device": device,
                     "batch_size": batch_size,
                     "versions": versions,

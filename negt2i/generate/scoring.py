@@ -184,6 +184,7 @@ class Scorer:
 
     def _stream(self) -> None:
         from negt2i.client import TRANSIENT, ClientError
+        from negt2i.results import ResultsFileError
 
         assert self._client is not None and self.outcome is not None
         failures = 0  # streams in a row that ended transiently without an answer
@@ -197,6 +198,10 @@ class Scorer:
                     for resp in self._client.stream(self._requests(resend)):
                         self.outcome.answers += 1
                         self._answer(resp)
+                except ResultsFileError as exc:  # the results file cannot be written (full disk): stop scoring
+                    self.outcome.stream_error = str(exc)
+                    print(f"error: {exc}", file=sys.stderr)
+                    return
                 except ClientError as exc:
                     failures = 0 if self.outcome.answers > answered else failures + 1
                     if exc.code not in TRANSIENT or failures >= self.attempts:
@@ -226,13 +231,16 @@ class Scorer:
     def submit(self, job: Job, data: bytes) -> None:
         """Send ``job``'s image; waits only while ``in_flight`` images are unanswered."""
         from negt2i.client import make_request
-        from negt2i.results import ResumeKey, prompt_metadata
+        from negt2i.results import ResultsFileError, ResumeKey, prompt_metadata
 
         assert self.outcome is not None and self._writer is not None
         sha256 = hashlib.sha256(data).hexdigest()
         key = ResumeKey(job.filename, sha256, prompt_metadata(job.prompt, job.prompt_id))
-        with self._file_lock:  # same image and prompt already judged: skip; changed: its line is replaced
-            plan = self._writer.plan([key], replace_changed=True)
+        try:
+            with self._file_lock:  # same image and prompt already judged: skip; changed: its line is replaced
+                plan = self._writer.plan([key], replace_changed=True)
+        except ResultsFileError as exc:  # the file cannot be rewritten (full disk)
+            raise GenerateError(str(exc)) from None
         if not plan.todo:
             self.outcome.summary.total += 1
             self.outcome.summary.skipped += 1

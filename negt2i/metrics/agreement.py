@@ -6,7 +6,8 @@ Human labels, one row per (image, element, annotator), JSONL or CSV (by suffix):
 
     {"image": "00012/samples/0003.png", "element": "statement:1", "annotator": "a07", "answer": "no"}
 
-``image`` is the results line's ``filename`` (or ``prompt_id#sample``); ``element`` is
+``image`` is the results line's ``filename`` (or ``prompt_id#sample``, or ``MODEL:filename`` where MODEL is the
+results file's name without ``.jsonl``, needed when several results files hold the same filename); ``element`` is
 ``object:I`` (``include[I]``: is the object there, with the right count?) or ``statement:K``
 (``statements[K]``, always asked in its affirmative form, as in the annotation interface:
 "is the bench wooden?" for "a non-wooden bench"); ``answer`` is ``yes`` / ``no`` (or true /
@@ -32,9 +33,12 @@ References and scores (Appendix B.1, B.2)
 - an evaluator's binary verdict: NegT2IBench's ``correct``; a judge passes an image when every
   element gets the expected answer (``whole``: p_yes > 0.5); its continuous score is the share of
   elements it marks satisfied (NegT2IBench) or the mean probability of the expected answer (judges);
+- Appendix B.2: a judge's statement about an object it answers absent counts as unsatisfied (probability 0),
+  so "no bench" does not satisfy "a non-wooden bench" (``absent_objects="independent"`` turns this off);
 - H. inter-annotator: each annotator slot (annotators of an image in sorted order) is scored against
-  the strict majority of the other m - 1 (with m = 3: satisfied only when both others say so), and the
-  statistic is averaged over the m slots;
+  the strict majority of the other m - 1 (with m = 3: satisfied only when both others say so; a 1-1 split
+  counts as unsatisfied), and the statistic is averaged over the m slots; ``loo_tie="satisfied"`` counts
+  the split as satisfied instead;
 - Fleiss' kappa and the unanimous share on the raw answers, per block of elements;
 - the negated-question probe (Table 10) of judges answering in both ``pos`` and ``neg`` modes.
 
@@ -73,8 +77,10 @@ from negt2i.metrics.stats import (
 ELEMENT_RE = re.compile(r"^(object|statement):(\d+)$")
 MODES: tuple[str, ...] = ("whole", "pos", "neg")
 OURS = "NegT2IBench"
-BLOCKS: tuple[str, ...] = ("objects", "statements", "affirmative", "negated")
-"""Element blocks: object questions, all statements, positive statements, negated statements."""
+BLOCKS: tuple[str, ...] = ("objects", "statements", "affirmative", "negated", "asserted", "all")
+"""Element blocks: object questions, all statements, positive statements, negated statements, and the paper's
+two blocks of Tables 5 and 13: ``asserted`` (objects and positive statements, the questions whose satisfying
+answer is yes: Table 13's "Affirmative statements", n = 2249 of 2772) and ``all`` (every element)."""
 
 Bool = NDArray[np.bool_]
 Float = NDArray[np.float64]
@@ -102,6 +108,10 @@ class JudgeRow:
     element: str
     p_yes: float
     where: str
+    seconds: float | None = None
+    """Optional cost fields: wall-clock seconds of this question, peak GPU memory (GiB), parameter count."""
+    gpu_gib: float | None = None
+    params: str | None = None
 
 
 def _rows(path: str | Path) -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -183,7 +193,37 @@ def read_judges(path: str | Path) -> list[JudgeRow]:
             p = 1.0 if _answer(rec["answer"], where) else 0.0
         else:
             raise AgreementInputError(f"{where}: needs p_yes or answer")
-        out.append(JudgeRow(judge, mode, image, element, p, where))
+        cost: dict[str, float | None] = {}
+        for key in ("seconds", "gpu_gib"):
+            if key in rec:
+                try:
+                    cost[key] = float(rec[key])
+                except (TypeError, ValueError):
+                    raise AgreementInputError(f"{where}: {key} must be a number, got {rec[key]!r}") from None
+                if not cost[key] >= 0:  # type: ignore[operator]
+                    raise AgreementInputError(f"{where}: {key} must be >= 0, got {rec[key]!r}")
+        params = str(rec["params"]) if rec.get("params") not in (None, "") else None
+        out.append(JudgeRow(judge, mode, image, element, p, where, cost.get("seconds"), cost.get("gpu_gib"), params))
+    return out
+
+
+def judge_costs(judges: Sequence[JudgeRow], questions_per_image: float) -> dict[str, dict[str, Any]]:
+    """Table 2 / Table 8 cost columns per judge, from the optional cost fields of its rows (Appendix B.4):
+    params (first given), GiB (peak over rows), s/Q (mean seconds over its per-element questions), s/img =
+    s/Q x ``questions_per_image`` (the mean number of element questions per image of the study)."""
+    out: dict[str, dict[str, Any]] = {}
+    for judge in sorted({j.judge for j in judges}):
+        rows = [j for j in judges if j.judge == judge]
+        secs = [j.seconds for j in rows if j.seconds is not None and j.mode != "whole"]
+        gib = [j.gpu_gib for j in rows if j.gpu_gib is not None]
+        params = next((j.params for j in rows if j.params), None)
+        s_q = float(np.mean(secs)) if secs else None
+        out[judge] = {
+            "params": params,
+            "gpu_gib": max(gib) if gib else None,
+            "s_per_question": s_q,
+            "s_per_image": s_q * questions_per_image if s_q is not None else None,
+        }
     return out
 
 
@@ -209,6 +249,9 @@ class Study:
     element_name: list[str]
     element_block: list[str]
     """``objects``, ``affirmative`` or ``negated``."""
+    element_objects: list[tuple[int, ...]]
+    """The ``include`` indices each element is about: ``(I,)`` for ``object:I``, the statement's objects for
+    ``statement:K`` (empty when the results do not record them)."""
     answers: Bool
     """(elements, m) raw yes answers, annotators of each image in sorted order."""
     satisfied: Bool
@@ -231,25 +274,60 @@ def per_image(values: NDArray[Any], element_image: NDArray[np.intp], n_images: i
     return worst > 0.5, total / count
 
 
-def build_study(labels: Sequence[LabelRow], rows: Iterable[ImageRow], judges: Sequence[JudgeRow] = ()) -> Study:
-    """Align labels with verdicts (and judge answers); every label must name a judged image and element."""
+ABSENT_RULES: tuple[str, ...] = ("unsatisfied", "independent")
+"""How a judge's statement about an object it calls absent is scored: ``unsatisfied`` (Appendix B.2, the
+default) or ``independent`` (each element on its own, the rule before issue 22: success by omission)."""
+
+
+def results_model(source: str | Path) -> str:
+    """The model a results file holds, as image keys ``MODEL:filename`` name it: the file name without
+    ``.jsonl`` (``runs/flux2-dev.jsonl`` -> ``flux2-dev``)."""
+    name = Path(source).name
+    return name.removesuffix(".jsonl").removesuffix(".json")
+
+
+def build_study(
+    labels: Sequence[LabelRow],
+    rows: Iterable[ImageRow],
+    judges: Sequence[JudgeRow] = (),
+    *,
+    absent_objects: str = "unsatisfied",
+    allow_partial: bool = False,
+) -> Study:
+    """Align labels with verdicts (and judge answers); every label must name a judged image and element.
+
+    ``absent_objects`` is the judge scoring rule of ``_add_judges`` (one of ``ABSENT_RULES``). A labelled image
+    must have labels for all its elements unless ``allow_partial`` (then the missing ones are warned about)."""
+    if absent_objects not in ABSENT_RULES:
+        raise ValueError(f"absent_objects must be one of {', '.join(ABSENT_RULES)}, got {absent_objects!r}")
     by_name: dict[str, ImageRow] = {}
+    ambiguous: dict[str, list[str]] = {}
     for row in rows:
-        if row.filename in by_name:
-            raise AgreementInputError(f"{row.where}: image {row.filename!r} is also at {by_name[row.filename].where}")
-        by_name[row.filename] = row
-        by_name.setdefault(row.key, row)
+        qualified = f"{results_model(row.source)}:{row.filename}"
+        if qualified in by_name:
+            raise AgreementInputError(f"{row.where}: image {row.filename!r} is also at {by_name[qualified].where}")
+        by_name[qualified] = row
+        for name in (row.filename, row.key):
+            other = by_name.setdefault(name, row)
+            if other is not row and other.source != row.source:
+                ambiguous.setdefault(name, [results_model(other.source)]).append(results_model(row.source))
     warnings: list[str] = []
     grouped: dict[str, dict[str, dict[str, LabelRow]]] = {}
     for lab in labels:
         if lab.image not in by_name:
             raise AgreementInputError(f"{lab.where}: image {lab.image!r} is not in the results")
+        if lab.image in ambiguous:
+            raise AgreementInputError(
+                f"{lab.where}: image {lab.image!r} is in several results files ({', '.join(ambiguous[lab.image])}); "
+                f"name it MODEL:filename, e.g. {ambiguous[lab.image][0]}:{lab.image}"
+            )
         grouped.setdefault(lab.image, {}).setdefault(lab.element, {})[lab.annotator] = lab
     images = sorted(grouped)
     m_values = set()
     el_image: list[int] = []
     el_name: list[str] = []
     el_block: list[str] = []
+    el_objects: list[tuple[int, ...]] = []
     answers: list[list[bool]] = []
     ours_el: list[bool] = []
     for i, image in enumerate(images):
@@ -267,6 +345,7 @@ def build_study(labels: Sequence[LabelRow], rows: Iterable[ImageRow], judges: Se
                 )
             kind, k = ELEMENT_RE.match(element).groups()  # type: ignore[union-attr]
             idx = int(k)
+            objs: tuple[int, ...] = (idx,) if kind == "object" else ()
             if row.status == "error":
                 polarity = next((p.polarity for p in per.values() if p.polarity), "positive")
                 ok = False
@@ -282,6 +361,7 @@ def build_study(labels: Sequence[LabelRow], rows: Iterable[ImageRow], judges: Se
                         f"{per[annot[0]].where}: {image} has {len(row.statements)} statements, no {element}"
                     )
                 polarity, ok = row.statements[idx].polarity, row.statements[idx].passed
+                objs = row.statements[idx].objects
             for lab in per.values():
                 if lab.polarity is not None and lab.polarity != polarity:
                     raise AgreementInputError(
@@ -290,11 +370,21 @@ def build_study(labels: Sequence[LabelRow], rows: Iterable[ImageRow], judges: Se
             el_image.append(i)
             el_name.append(element)
             el_block.append("objects" if kind == "object" else ("negated" if polarity == "negated" else "affirmative"))
+            el_objects.append(objs)
             answers.append([per[a].answer for a in annot])
             ours_el.append(ok)
         if row.status == "ok":
             n_el = len(row.objects_ok) + len(row.statements)
             if len(grouped[image]) < n_el:
+                names = [f"object:{i}" for i in range(len(row.objects_ok))]
+                names += [f"statement:{k}" for k in range(len(row.statements))]
+                lacking = ", ".join(e for e in names if e not in grouped[image])
+                if not allow_partial:
+                    raise AgreementInputError(
+                        f"{image}: no labels for {lacking} ({n_el - len(grouped[image])} of its {n_el} elements); "
+                        "every element of a labelled image needs labels (allow_partial / --allow-partial scores "
+                        "the labelled elements only)"
+                    )
                 warnings.append(f"{image}: {n_el - len(grouped[image])} of its {n_el} elements are not labelled")
     if len(m_values) != 1:
         raise AgreementInputError(f"every image needs the same number of annotators, got {sorted(m_values)}")
@@ -307,6 +397,7 @@ def build_study(labels: Sequence[LabelRow], rows: Iterable[ImageRow], judges: Se
         element_image=np.array(el_image, dtype=np.intp),
         element_name=el_name,
         element_block=el_block,
+        element_objects=el_objects,
         answers=ans,
         satisfied=ans ^ negated[:, None],
         warnings=warnings,
@@ -315,7 +406,7 @@ def build_study(labels: Sequence[LabelRow], rows: Iterable[ImageRow], judges: Se
     _, score = per_image(ours, study.element_image, len(images))
     binary = np.array([by_name[im].correct for im in images], dtype=bool)
     study.evaluators[OURS] = Decisions(binary, score, ours)
-    _add_judges(study, judges)
+    _add_judges(study, judges, absent_objects=absent_objects, known=set(by_name))
     return study
 
 
@@ -324,7 +415,18 @@ def _element_order(element: str) -> tuple[int, int]:
     return (0 if kind == "object" else 1, int(k))
 
 
-def _add_judges(study: Study, judges: Sequence[JudgeRow]) -> None:
+def _add_judges(
+    study: Study, judges: Sequence[JudgeRow], *, absent_objects: str = "unsatisfied", known: set[str] | None = None
+) -> None:
+    """Each (judge, mode) as an evaluator.
+
+    Per element (``pos`` / ``neg``): p_correct = p_yes, except 1 - p_yes for a negated statement asked
+    affirmatively (``pos``); satisfied iff p_correct > 0.5. With ``absent_objects="unsatisfied"``
+    (Appendix B.2) a statement about an object the judge calls absent (that object's own question answered
+    p_correct <= 0.5) counts as unsatisfied, p_correct := 0, so "no bench" cannot satisfy "a non-wooden
+    bench" by omission. Image: binary = every element satisfied; score = mean p_correct over its elements.
+    ``whole``: binary = p_yes > 0.5, score = p_yes.
+    """
     groups: dict[tuple[str, str], dict[tuple[str, str], JudgeRow]] = {}
     for j in judges:
         key = (j.image, j.element)
@@ -337,6 +439,14 @@ def _add_judges(study: Study, judges: Sequence[JudgeRow]) -> None:
     n = len(study.images)
     negated = np.array([b == "negated" for b in study.element_block])
     labelled = set(study.images)
+    if known is not None:
+        unknown = sorted({j.image for j in judges} - known)
+        if unknown:
+            first = next(j for j in judges if j.image == unknown[0])
+            raise AgreementInputError(
+                f"{first.where}: the judge file answers {len(unknown)} images the results do not have, e.g. "
+                f"{unknown[0]!r}; give the results files those images were judged in (or drop those answers)"
+            )
     for (judge, mode), answers in sorted(groups.items()):
         name = f"{judge} ({mode})"
         extra = {im for im, _ in answers} - labelled
@@ -358,10 +468,42 @@ def _add_judges(study: Study, judges: Sequence[JudgeRow]) -> None:
             )
         p_yes = np.array([answers[k].p_yes for k in keys])
         p_correct = np.where(negated & (mode == "pos"), 1.0 - p_yes, p_yes)
+        if absent_objects == "unsatisfied":
+            p_correct = _absent_objects_unsatisfied(study, name, answers, p_correct)
         el = p_correct > 0.5
         binary, _ = per_image(el, study.element_image, n)
         _, score = per_image(p_correct, study.element_image, n)
         study.evaluators[name] = Decisions(binary, score, el, p_yes)
+
+
+def _absent_objects_unsatisfied(
+    study: Study, name: str, answers: Mapping[tuple[str, str], JudgeRow], p_correct: Float
+) -> Float:
+    """Appendix B.2: a statement element whose object the judge answers absent (p_yes <= 0.5 to ``object:I``,
+    labelled or not) gets p_correct 0. Objects the judge did not answer leave the statement as it is (warned)."""
+    out = p_correct.copy()
+    unknown = 0
+    for e, (i, element) in enumerate(zip(study.element_image, study.element_name, strict=True)):
+        if not element.startswith("statement:"):
+            continue
+        objs = study.element_objects[e]
+        if not objs:
+            unknown += 1
+            continue
+        for o in objs:
+            ans = answers.get((study.images[i], f"object:{o}"))
+            if ans is None:
+                unknown += 1
+                break
+            if ans.p_yes <= 0.5:
+                out[e] = 0.0
+                break
+    if unknown:
+        study.warnings.append(
+            f"{name}: {unknown} statements could not be checked against the judge's object answers (no object:I "
+            "answer, or results without statement objects); they are scored on their own"
+        )
+    return out
 
 
 def human_reference(satisfied: Bool, element_image: NDArray[np.intp], n_images: int) -> tuple[Bool, Bool, Float]:
@@ -398,8 +540,21 @@ def _num(v: Any) -> float:
     return float(np.asarray(v))
 
 
-def _loo(study: Study, images: Bool, elements: Bool) -> dict[str, Any]:
-    """H. inter-annotator on a subset: each annotator slot against the strict majority of the others, averaged."""
+LOO_TIES: tuple[str, ...] = ("unsatisfied", "satisfied")
+"""Leave-one-out tie rule: how a tie among the other annotators (a 1-1 split of the two others when m = 3)
+counts as the held-out annotator's reference: ``unsatisfied`` (strict majority, the default) or ``satisfied``."""
+
+
+def loo_reference(others: Bool, tie: str = "unsatisfied") -> Bool:
+    """Reference of the held-out annotator per element from the other annotators' satisfied flags (elements, m-1):
+    satisfied iff more than half say so, or exactly half when ``tie == "satisfied"``."""
+    share = others.mean(axis=1)
+    return np.asarray((share > 0.5) | ((share == 0.5) & (tie == "satisfied")))
+
+
+def _loo(study: Study, images: Bool, elements: Bool, tie: str = "unsatisfied") -> dict[str, Any]:
+    """H. inter-annotator on a subset: each annotator slot against the majority of the others (ties by ``tie``),
+    averaged over the slots."""
     m = study.n_annotators
     if m < 2:
         return {}
@@ -415,7 +570,7 @@ def _loo(study: Study, images: Bool, elements: Bool) -> dict[str, Any]:
     for s in range(m):
         held = study.satisfied[el_mask, s]
         others = np.delete(study.satisfied[el_mask], s, axis=1)
-        ref_el = others.mean(axis=1) > 0.5
+        ref_el = loo_reference(others, tie)
         ref_bin, ref_score = per_image(ref_el, el_img, len(keep_img))
         held_bin, held_score = per_image(held, el_img, len(keep_img))
         image_runs.append(_image_stats(ref_bin, ref_score, held_bin, held_score))
@@ -431,11 +586,21 @@ def _block_mask(study: Study, block: str) -> Bool:
     b = np.array(study.element_block)
     if block == "statements":
         return np.asarray(b != "objects")
+    if block == "asserted":
+        return np.asarray(b != "negated")
+    if block == "all":
+        return np.ones(len(b), dtype=bool)
     return np.asarray(b == block)
 
 
-def analyze(study: Study, *, n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, Any]:
-    """Every agreement number of the study as a JSON-ready dict (see the module docstring)."""
+def analyze(
+    study: Study, *, n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95, loo_tie: str = "unsatisfied"
+) -> dict[str, Any]:
+    """Every agreement number of the study as a JSON-ready dict (see the module docstring).
+
+    ``loo_tie`` is the leave-one-out tie rule of the inter-annotator score (one of ``LOO_TIES``)."""
+    if loo_tie not in LOO_TIES:
+        raise ValueError(f"loo_tie must be one of {', '.join(LOO_TIES)}, got {loo_tie!r}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
     n = len(study.images)
@@ -474,7 +639,7 @@ def analyze(study: Study, *, n_resamples: int = 1000, seed: int = 0, confidence:
             rep = binary_scores(**confusion(majority[mask], dec.element_binary[mask], w_el[:, mask]))["kappa"]
             st["kappa_interval"] = percentile_interval(np.asarray(rep, dtype=np.float64), confidence)
             entry["evaluators"][name] = st
-        entry["inter_annotator"] = _annotators(study, mask)
+        entry["inter_annotator"] = _annotators(study, mask, loo_tie)
         element_level[block] = entry
 
     return {
@@ -484,11 +649,12 @@ def analyze(study: Study, *, n_resamples: int = 1000, seed: int = 0, confidence:
         "human_accept_rate": float(ref_bin.mean()),
         "bootstrap": {"n_resamples": n_resamples, "seed": seed, "confidence": confidence, "unit": "image"},
         "image_level": image_level,
-        "inter_annotator": _loo(study, all_images, all_elements),
+        "inter_annotator": _loo(study, all_images, all_elements, loo_tie),
+        "leave_one_out_tie": loo_tie,
         "differences": _differences(study, replicates, image_level, confidence),
         "negation_probe": negation_probe(study),
-        "by_setting": _breakdown(study, study.setting, ref_bin, ref_score, setting_order),
-        "by_category": _breakdown(study, study.category, ref_bin, ref_score, category_order),
+        "by_setting": _breakdown(study, study.setting, ref_bin, ref_score, setting_order, tie=loo_tie),
+        "by_category": _breakdown(study, study.category, ref_bin, ref_score, category_order, tie=loo_tie),
         "element_level": element_level,
         "warnings": list(study.warnings),
     }
@@ -520,13 +686,13 @@ def negation_probe(study: Study) -> dict[str, Any]:
     return out
 
 
-def _annotators(study: Study, mask: Bool) -> dict[str, Any]:
+def _annotators(study: Study, mask: Bool, tie: str = "unsatisfied") -> dict[str, Any]:
     ans = study.answers[mask]
     m = study.n_annotators
     yes = ans.sum(axis=1)
     out: dict[str, Any] = {"n": int(mask.sum()), "unanimous": float(np.mean((yes == 0) | (yes == m)))}
     out["fleiss_kappa"] = fleiss_kappa(np.stack([yes, m - yes], axis=1)) if m >= 2 else float("nan")
-    loo = _loo(study, np.ones(len(study.images), dtype=bool), mask)
+    loo = _loo(study, np.ones(len(study.images), dtype=bool), mask, tie)
     out["leave_one_out_kappa"] = loo.get("element", {}).get("kappa", float("nan"))
     out["leave_one_out_accuracy"] = loo.get("element", {}).get("accuracy", float("nan"))
     return out
@@ -555,7 +721,13 @@ def _differences(
 
 
 def _breakdown(
-    study: Study, groups: Sequence[str | None], ref_bin: Bool, ref_score: Float, order: Callable[[str], Any]
+    study: Study,
+    groups: Sequence[str | None],
+    ref_bin: Bool,
+    ref_score: Float,
+    order: Callable[[str], Any],
+    *,
+    tie: str = "unsatisfied",
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     labels = np.array([g or "-" for g in groups])
@@ -566,6 +738,6 @@ def _breakdown(
         for name, dec in study.evaluators.items():
             s = _image_stats(ref_bin[mask], ref_score[mask], dec.image_binary[mask], dec.image_score[mask])
             entry["evaluators"][name] = {k: s[k] for k in ("kappa", "accuracy", "kendall_tau", "spearman_rho")}
-        entry["inter_annotator"] = _loo(study, mask, all_elements).get("image", {})
+        entry["inter_annotator"] = _loo(study, mask, all_elements, tie).get("image", {})
         out[g] = entry
     return out

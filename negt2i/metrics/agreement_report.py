@@ -9,12 +9,12 @@ agreement per block (Table 13) and agreement between annotators (Table 5).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from negt2i import __version__
-from negt2i.metrics.agreement import BLOCKS, OURS, analyze, build_study, read_judges, read_labels
+from negt2i.metrics.agreement import BLOCKS, OURS, analyze, build_study, judge_costs, read_judges, read_labels
 from negt2i.metrics.benchmark import Provenance
 from negt2i.metrics.records import iter_rows, setting_label
 from negt2i.metrics.report import sha256_file as _sha256
@@ -36,15 +36,30 @@ def run_agreement(
     n_resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    absent_objects: str = "unsatisfied",
+    loo_tie: str = "unsatisfied",
+    allow_partial: bool = False,
+    ours_cost: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Read the inputs, run ``analyze``, attach provenance (files with SHA-256, configs, stage models) and warnings."""
+    """Read the inputs, run ``analyze``, attach provenance (files with SHA-256, configs, stage models) and warnings.
+
+    ``absent_objects``: the judge scoring rule (``negt2i.metrics.agreement.ABSENT_RULES``); ``loo_tie``: the
+    leave-one-out tie rule (``LOO_TIES``)."""
     rows = [row for path in results for row in iter_rows(path)]
     provenance = Provenance()
     for row in rows:
         provenance.update(row)
     judge_rows = [j for path in judges for j in read_judges(path)]
-    study = build_study(read_labels(labels), rows, judge_rows)
-    out = analyze(study, n_resamples=n_resamples, seed=seed, confidence=confidence)
+    study = build_study(
+        read_labels(labels), rows, judge_rows, absent_objects=absent_objects, allow_partial=allow_partial
+    )
+    out = analyze(study, n_resamples=n_resamples, seed=seed, confidence=confidence, loo_tie=loo_tie)
+    out["judge_scoring"] = {"absent_objects": absent_objects}
+    qpi = len(study.element_name) / len(study.images)
+    out["element_questions_per_image"] = qpi
+    out["costs"] = judge_costs(judge_rows, qpi)
+    if ours_cost:
+        out["costs"][OURS] = dict(ours_cost)
     out["warnings"] = list(out["warnings"]) + provenance.warnings("results")
     out["generated_by"] = f"negt2i agreement (negt2i {__version__})"
     out["inputs"] = {
@@ -224,6 +239,13 @@ def render_agreement_markdown(a: dict[str, Any]) -> str:
     parts += [f"- judges: {j['path']} (sha256 {j['sha256'][:16]})" for j in inp["judges"]]
     parts += [f"- rule config {c['name']} (digest {c['digest']}, {c['lines']} lines)" for c in inp["configs"]]
     parts += [f"- {m['stage']}: {m['model']} ({m['lines']} lines)" for m in inp["models"]]
+    rule = a.get("judge_scoring", {}).get("absent_objects", "unsatisfied")
+    parts.append(
+        f"- judge scoring: statements of an object the judge calls absent are {rule}"
+        + (" (Appendix B.2)" if rule == "unsatisfied" else " (scored on their own: success by omission)")
+    )
+    tie = a.get("leave_one_out_tie", "unsatisfied")
+    parts.append(f"- leave-one-out ties (a 1-1 split of the other two annotators) count as {tie}")
     parts += ["", "## Warnings", ""]
     parts += [f"- {w}" for w in a["warnings"]] or ["- none"]
     parts += ["", "## Tables", ""]
@@ -321,7 +343,9 @@ def write_agreement(a: dict[str, Any], out: str | Path) -> list[Path]:
         ],
     )
     names = ("agreement.json", "agreement.md", "agreement_images.csv", "agreement_elements.csv", "agreement_inputs.csv")
-    return [out / n for n in names]
+    from negt2i.metrics.agreement_paper import write_paper_tables
+
+    return [out / n for n in names] + write_paper_tables(a, out)
 
 
 __all__ = ["OURS", "agreement_tables", "render_agreement_markdown", "run_agreement", "write_agreement"]

@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 
 from negt2i.failures import OTHER_KIND
 from negt2i.metrics.records import CATEGORY_ORDER, CAUSES, ROW_CLASSES, SETTING_ORDER, ImageRow
+from negt2i.metrics.views import GENEVAL_TASKS, geneval_tasks, polarity_imbalance, positive_vs_drop
 
 RELATION_CATEGORIES: tuple[str, ...] = tuple(c.value for c in CATEGORY_ORDER if c.is_relation)
 
@@ -45,6 +46,8 @@ class PromptTally:
     images: int = 0
     correct: int = 0
     errors: int = 0
+    tag: str | None = None
+    """GenEval's tag (``negt2i.metrics.views.GENEVAL_TASKS`` for GenEval's own prompts)."""
 
 
 @dataclass(slots=True)
@@ -172,9 +175,9 @@ class BenchmarkState:
         for pid, t in other.prompts.items():
             mine = self.prompts.get(pid)
             if mine is None:
-                self.prompts[pid] = PromptTally(t.category, t.setting, t.images, t.correct, t.errors)
+                self.prompts[pid] = PromptTally(t.category, t.setting, t.images, t.correct, t.errors, t.tag)
                 continue
-            for name in ("category", "setting"):
+            for name in ("category", "setting", "tag"):
                 a, b = getattr(mine, name), getattr(t, name)
                 if a is not None and b is not None and a != b:
                     raise ValueError(f"prompt {pid} has {name} {a!r} in one shard and {b!r} in another")
@@ -227,7 +230,9 @@ class BenchmarkState:
                 "kinds": dict(sorted(self.errors.items())),
             },
             "unscorable_prompts": sorted(
-                pid for pid, t in self.prompts.items() if t.category is None or t.setting is None
+                pid
+                for pid, t in self.prompts.items()
+                if (t.category is None or t.setting is None) and t.tag not in GENEVAL_TASKS
             ),
             "cells": {
                 f"{c}/{s}": {
@@ -247,6 +252,9 @@ class BenchmarkState:
             "failures": self.failure_decomposition(),
             "row_failures": self.row_failure_classes(),
             "dead_zone": self.dead_zone_exposure(),
+            "geneval": geneval_tasks(self),
+            "polarity_imbalance": polarity_imbalance(self),
+            "positive_vs_drop": positive_vs_drop(img),
         }
 
     def counts(self, pids: list[str]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
@@ -344,7 +352,7 @@ def _dz(vals: dict[str, int]) -> dict[str, Any]:
 
 
 def _fill(tally: PromptTally, row: ImageRow) -> None:
-    for name in ("category", "setting"):
+    for name in ("category", "setting", "tag"):
         have, got = getattr(tally, name), getattr(row, name)
         if got is None:
             continue

@@ -45,10 +45,13 @@ def heatmap(report: dict[str, Any], model: str) -> Figure:
             if v is not None:
                 grid[i, j] = 100 * v
     fig, ax = plt.subplots(figsize=(8.5, 3.9), layout="constrained")
-    im = ax.imshow(grid, cmap="viridis", vmin=0, vmax=100, aspect="auto")
+    im = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", vmin=0, vmax=100, aspect="auto")
+    ax.set_facecolor("0.92")
     for i in range(grid.shape[0]):
         for j in range(grid.shape[1]):
-            if not np.isnan(grid[i, j]):
+            if np.isnan(grid[i, j]):  # a cell without images: said, not left blank
+                ax.text(j, i, "n/a", ha="center", va="center", fontsize=8, color="0.45")
+            else:
                 ax.text(
                     j,
                     i,

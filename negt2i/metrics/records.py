@@ -94,6 +94,9 @@ class StatementRow:
     """Evaluated with an empty fired set (no predicate resolved): a dead-zone pass when negated and passed."""
     outcome: str | None = None
     """What the image shows whatever the polarity: ``holds`` / ``not`` / ``dead_zone``; ``None`` if not evaluated."""
+    objects: tuple[int, ...] = ()
+    """The ``include`` indices the statement is about (attribute: its object; relation: subject, target);
+    empty for results written without them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,8 @@ class ImageRow:
     """The corpus prompt a control / paraphrase prompt was made from."""
     form: str | None = None
     """The wording of a paraphrase prompt."""
+    tag: str | None = None
+    """GenEval's ``tag`` of the prompt (its task for GenEval prompts; the category name for ours)."""
 
     @property
     def where(self) -> str:
@@ -213,6 +218,7 @@ def parse_line(rec: Mapping[str, Any], *, source: str = "<memory>", line: int = 
         "config_digest": str(cfg_digest) if cfg_digest else None,
         "models": models,
         "evaluator_version": _optional_str(rec, "evaluator_version", where),
+        "tag": _optional_str(rec, "tag", where),
     }
     if status == "error":
         if rec.get("correct", False) is not False:
@@ -294,7 +300,10 @@ def _statement_rows(items: Any, name: str, where: str) -> tuple[StatementRow, ..
         if outcome is not None and (outcome not in _OUTCOMES or not evaluated):
             raise ResultsFormatError(f"{where}: {field}.outcome must be one of {_OUTCOMES} (evaluated only), "
                                      f"got {outcome!r}")  # fmt: skip
-        out.append(StatementRow(polarity, passed, evaluated, cause, empty, outcome))
+        objs = st.get("objects") or []
+        if not isinstance(objs, list) or not all(type(o) is int and o >= 0 for o in objs):
+            raise ResultsFormatError(f"{where}: {field}.objects must be a list of object indices, got {objs!r}")
+        out.append(StatementRow(polarity, passed, evaluated, cause, empty, outcome, tuple(objs)))
     return tuple(out)
 
 

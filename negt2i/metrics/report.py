@@ -44,6 +44,7 @@ from negt2i.metrics.report_csv import write_csvs, write_json
 from negt2i.metrics.report_html import render_html
 from negt2i.metrics.report_markdown import render_markdown
 from negt2i.metrics.report_tables import sections, table3
+from negt2i.metrics.views import pooled_positive_vs_drop
 
 TABLE3_COLUMNS: tuple[str, ...] = (*SETTING_ORDER, *(c.value for c in CATEGORY_ORDER), "overall")
 MANIFEST = ".negt2i-report.json"
@@ -161,7 +162,8 @@ def _model_warnings(m: ModelResults, metrics: dict[str, Any]) -> list[str]:
     if metrics["unscorable_prompts"]:
         n = len(metrics["unscorable_prompts"])
         out.append(
-            f"{m.name}: {n} prompts have no category or setting (no statements, or only error lines); not scored"
+            f"{m.name}: {n} prompts have no category or setting (no statements, or only error lines) and no GenEval "
+            "task tag; not scored"
         )
     return out
 
@@ -223,6 +225,13 @@ def build_report(
             "prompt_accuracy": "cell: share of prompts with at least one correct image; aggregated like image accuracy",
             "matched_load": "per category, image accuracy of the all-positive setting (1:0, 2:0) vs the all-negated "
             "setting of the same load (0:1, 0:2); gap = positive - negated; mean = mean over categories",
+            "geneval": "GenEval prompts (tag single_object, two_object, counting, colors, position, color_attr) "
+            "grouped by tag: task = correct images / images; overall = mean over the tasks present, as GenEval's "
+            "summary_scores.py",
+            "polarity_imbalance": "per mixed setting: (failed negated / negated statements) / (failed positive / "
+            "positive statements), failures of every cause",
+            "positive_vs_drop": "per category Acc(1:0) and drop = Acc(1:0) - Acc(0:1); Spearman rho (scipy) of the "
+            "two across categories; cross_model: the same on the models' mean accuracies",
             "intervals": f"{confidence:.0%} percentile bootstrap, {n_resamples} resamples of prompts within each "
             f"category x setting cell, seed {seed}; paired differences use the same resamples for both models",
         },
@@ -238,6 +247,7 @@ def build_report(
         "comparison": {"columns": list(TABLE3_COLUMNS), "rows": rows, "best": best},
         "paired": paired,
         "baseline": base if len(models) > 1 else None,
+        "cross_model": {"positive_vs_drop": pooled_positive_vs_drop(per_model)},
     }
 
 

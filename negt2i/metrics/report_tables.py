@@ -90,9 +90,9 @@ def category_label(category: str) -> str:
 
 
 def pct(v: float | None, digits: int = 1) -> str:
-    """A fraction as a percentage string, ``-`` for missing / undefined."""
+    """A fraction as a percentage string, ``n/a`` for missing / undefined (a cell without images)."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
+        return "n/a"
     return f"{100 * v:.{digits}f}"
 
 
@@ -250,6 +250,75 @@ def dead_zone_table(name: str, m: dict[str, Any]) -> Table:
     )
 
 
+def _num(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def view_tables(report: dict[str, Any]) -> list[Table]:
+    """The views of ``negt2i.metrics.views``: polarity imbalance, positive accuracy vs drop, GenEval's tasks."""
+    from negt2i.metrics.views import GENEVAL_TASKS, MIXED_SETTINGS
+
+    models = report["models"]
+    names = list(models)
+    out: list[Table] = []
+    imbalance = [m["polarity_imbalance"]["by_setting"] for m in models.values()]
+    settings = [s for s in MIXED_SETTINGS if any(s in by for by in imbalance)]
+    if settings:
+        out.append(
+            Table(
+                "Per-statement polarity imbalance: failed negated / failed positive statements, per statement",
+                ["Setting", *names],
+                [[setting_label(s), *(_factor(by.get(s)) for by in imbalance)] for s in settings],
+                note="factor = (failed negated / negated statements) / (failed positive / positive statements); "
+                "failures of every cause (Figure 3). The paper reads 1.3-2.0x over the four mixed settings.",
+            )
+        )
+    rows: list[list[str]] = []
+    for c in (c.value for c in CATEGORY_ORDER):
+        cells = [m["positive_vs_drop"]["by_category"].get(c) for m in models.values()]
+        if any(cells):
+            rows.append([CATEGORY_LABELS[c], *(_pos_drop(x) for x in cells)])
+    if rows:
+        rhos = [_num(m["positive_vs_drop"]["spearman_rho"]) for m in models.values()]
+        rows.append(["Spearman rho (positive vs drop)", *rhos])
+        pooled = report.get("cross_model", {}).get("positive_vs_drop")
+        note = "Acc(1:0) / drop = Acc(1:0) - Acc(0:1), per category; rho over the categories with both cells"
+        if pooled is not None and len(names) > 1:
+            note += f"; over the models' mean accuracies: rho = {_num(pooled['spearman_rho'])}"
+        out.append(Table("Positive accuracy vs polarity drop across categories (Load 1)", ["Category", *names],
+                         rows, note=note + ". The paper reads rho = 0.94."))  # fmt: skip
+    tasks = [m.get("geneval") for m in models.values()]
+    if any(tasks):
+        rows = []
+        for tag in GENEVAL_TASKS:
+            if any(t and tag in t["tasks"] for t in tasks):
+                rows.append([tag, *(_task(t["tasks"].get(tag)) if t else "–" for t in tasks)])
+        rows.append(["Overall (mean over tasks)", *(pct(t["overall"]) if t else "–" for t in tasks)])
+        out.append(
+            Table(
+                "GenEval's tasks (as GenEval's summary_scores.py groups them)",
+                ["Task", *names],
+                rows,
+                note="task: correct images / images of the prompts with that tag; overall: unweighted mean over the "
+                "tasks present (error lines count as incorrect). The rules are this evaluator's (see the rule "
+                "config in Inputs; the `geneval` preset uses GenEval's constants where they map).",
+            )
+        )
+    return out
+
+
+def _factor(row: dict[str, Any] | None) -> str:
+    return "–" if row is None or row["factor"] is None else f"{row['factor']:.2f}x"
+
+
+def _pos_drop(row: dict[str, Any] | None) -> str:
+    return "–" if row is None else f"{pct(row['positive'])} / {pct(row['drop'])}"
+
+
+def _task(t: dict[str, Any] | None) -> str:
+    return "–" if t is None else f"{pct(t['accuracy'])} ({t['correct']}/{t['images']})"
+
+
 def paired_table(report: dict[str, Any]) -> Table | None:
     if not report["paired"]:
         return None
@@ -367,6 +436,17 @@ def sections(report: dict[str, Any]) -> list[Section]:
                 f"Model {name}",
                 [*accuracy_tables(name, m), *failure_tables(name, m), dead_zone_table(name, m)],
                 [f"heatmap-{slugs[name]}.png", f"failures-{slugs[name]}.png"],
+            )
+        )
+    views = view_tables(report)
+    if views:
+        out.append(
+            Section(
+                "views",
+                "Polarity imbalance, positive accuracy vs drop, GenEval's tasks",
+                views,
+                lead="Section 5's per-statement reading of Figure 3 and its rank correlation across categories; "
+                "GenEval's own task breakdown when the results hold GenEval prompts.",
             )
         )
     out.extend(probe_sections(report))

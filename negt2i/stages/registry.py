@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,4 +211,25 @@ def create(
     if not isinstance(built, protocol):
         raise TypeError(f"{stage} backend {name!r} built a {type(built).__name__}, which is not a {protocol.__name__}")
     out: Detector | Segmenter | AttributeScorer | DepthEstimator = built
+    check_device(stage, name, device, str(getattr(out.info, "device", "") or ""))
     return out
+
+
+_warned: set[tuple[str, str, str]] = set()
+
+
+def check_device(stage: str, name: str, requested: str, ran: str) -> None:
+    """Say so (one warning line on stderr per backend and device) when a backend asked for a device runs
+    on another, e.g. ``--device cuda`` with the synthetic backends, which only run on the CPU. Backends that
+    cannot honour a device they could use raise instead (the torch backends: CUDA asked for, not available)."""
+    if requested in ("", "auto") or not ran or ran.split(":", maxsplit=1)[0] == requested.split(":", maxsplit=1)[0]:
+        return
+    key = (name, requested, ran)
+    if key in _warned:
+        return
+    _warned.add(key)
+    print(
+        f"warning: backend {name!r} ({stage}, and any other stage of it) runs on {ran} only; "
+        f"the requested device {requested!r} is not used",
+        file=sys.stderr,
+    )

@@ -259,6 +259,67 @@ class SyntheticDetector:
         return out
 
 
+NOISY_BACKEND: Final = "synthetic-noisy"
+NOISY_MODEL: Final = "synthetic-noisy-palette-v1"
+
+
+class NoisySyntheticDetector(SyntheticDetector):
+    """``synthetic`` with a score a threshold can be fitted to (the calibration walk-through in
+    ``docs/stage-contract.md``): an object scores 0.2 + 0.75 * min(1, area / (4% of the image)), so small or
+    mostly hidden objects score low; and every requested class also gets one *ghost*, a 6x6 detection at a
+    place and score (0.01 to 0.25) drawn from the image's bytes, which a presence threshold must reject and a
+    counting threshold must not count. Deterministic: the same image gives the same detections."""
+
+    def __init__(self, *, config: RuleConfig = CURRENT, min_area: int = 4, **_: Any) -> None:
+        super().__init__(config=config, min_area=min_area)
+        self.info = applied(
+            ModelInfo(stage="detector", backend=NOISY_BACKEND, model=NOISY_MODEL, library=LIBRARY, device="cpu"),
+            config,
+            OperatingPoint(prediction_floor=self.floor),
+        )
+
+    def detect(
+        self, images: Sequence[Image], classes: ClassLists | None = None, *, max_per_class: int = 0
+    ) -> list[Detections]:
+        """One ``Detections`` per image (see the class docstring)."""
+        import hashlib
+
+        out: list[Detections] = []
+        wanted = list(classes) if classes is not None else [None] * len(images)
+        if len(wanted) != len(images):
+            raise ValueError(f"{len(wanted)} class lists for {len(images)} images")
+        for image, want in zip(images, wanted, strict=True):
+            hw = check_image(image)
+            h, w = hw
+            found = find_objects(image, self.min_area, want)
+            names = [name for name, _ in found]
+            masks = [m for _, m in found]
+            scores = [0.2 + 0.75 * min(1.0, float(m.sum()) / (0.04 * h * w)) for m in masks]
+            seed = int.from_bytes(hashlib.sha256(np.ascontiguousarray(image).tobytes()).digest()[:8], "little")
+            rng = np.random.default_rng(seed)
+            for name in sorted(set(want or ())):
+                score = float(rng.uniform(0.01, 0.25))
+                r0, c0 = int(rng.integers(0, max(h - 6, 1))), int(rng.integers(0, max(w - 6, 1)))
+                ghost = np.zeros(hw, dtype=bool)
+                ghost[r0 : r0 + 6, c0 : c0 + 6] = True
+                names.append(name)
+                masks.append(ghost)
+                scores.append(score)
+            arr = np.asarray(scores, np.float32)
+            keep_floor = [i for i in range(len(names)) if arr[i] >= self.floor]
+            names = [names[i] for i in keep_floor]
+            masks = [masks[i] for i in keep_floor]
+            arr = arr[keep_floor]
+            keep, counts = select_requested(names, arr, want, max_per_class)
+            if not len(keep):
+                out.append(Detections.empty(hw))
+                continue
+            stack = np.stack([masks[i] for i in keep])
+            boxes = np.array([mask_to_xyxy(m) for m in stack], dtype=np.float32)
+            out.append(Detections(tuple(names[i] for i in keep), arr[keep], boxes, stack, hw, counts or None))
+        return out
+
+
 class SyntheticSegmenter:
     """Returns each reference mask (clipped to its box) through the core candidate choice and
     post-processing, in chunks of ``config.masks.box_chunk_size`` like SAM."""
@@ -368,6 +429,7 @@ class SyntheticDepthEstimator:
 
 
 register("detector", BACKEND, SyntheticDetector, model=MODEL)
+register("detector", NOISY_BACKEND, NoisySyntheticDetector, model=NOISY_MODEL)
 register("segmenter", BACKEND, SyntheticSegmenter, model=MODEL)
 register("attributes", BACKEND, SyntheticAttributeScorer, model=MODEL)
 register("depth", BACKEND, SyntheticDepthEstimator, model=MODEL)

@@ -27,7 +27,15 @@ from numpy.typing import NDArray
 
 from negt2i import images, rle
 from negt2i.failures import Failure, FailureKind
-from negt2i.perception import AttributeScores, BoolMask, Detections, ImagePerception, RefinedMasks
+from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
+from negt2i.perception import (
+    AttributeScores,
+    BoolMask,
+    Detections,
+    DisparityMap,
+    ImagePerception,
+    RefinedMasks,
+)
 from negt2i.spec import (
     MAX_EXTRA_BYTES,
     MAX_EXTRA_DEPTH,
@@ -535,11 +543,11 @@ def prompt_from_proto(msg: evaluator_pb2.PromptSpec, *, field: str = "prompt") -
         if size > MAX_EXTRA_BYTES:
             raise WireError(f"{size} bytes, above the limit of {MAX_EXTRA_BYTES}", field=f"{field}.extra_json")
         try:
-            extra = json.loads(msg.extra_json)
-        except json.JSONDecodeError as exc:
-            raise WireError(f"not valid JSON ({exc.msg})", field=f"{field}.extra_json") from None
-        except RecursionError:
+            extra = parse_json(msg.extra_json)
+        except JsonTooDeep:
             raise WireError(f"nested deeper than {MAX_EXTRA_DEPTH} levels", field=f"{field}.extra_json") from None
+        except JsonError as exc:  # not JSON, or a number of more than 4,300 digits
+            raise WireError(f"not valid JSON ({exc})", field=f"{field}.extra_json") from None
         if not isinstance(extra, dict):
             raise WireError("must be a JSON object", field=f"{field}.extra_json")
         for key in extra:
@@ -793,11 +801,16 @@ def depth_result_map(msg: stages_pb2.DepthResult, shape_hw: tuple[int, int]) -> 
     return depth_from_proto(msg.disparity, shape_hw)
 
 
-def perception_to_proto(perception: ImagePerception) -> evaluator_pb2.Perception:
-    """What the stages saw (without the disparity map, which is large)."""
+def perception_to_proto(
+    perception: ImagePerception, depth_encoding: int = common_pb2.DEPTH_ENCODING_FLOAT16
+) -> evaluator_pb2.Perception:
+    """What the stages saw, the disparity map packed with ``depth_encoding`` (the orchestrator's: the map it
+    received from the depth stage, so the packing loses nothing)."""
     msg = evaluator_pb2.Perception(
         detections=detections_to_proto(perception.detections), used_depth=perception.disparity is not None
     )
+    if perception.disparity is not None:
+        msg.disparity.CopyFrom(depth_to_proto(perception.disparity.values, depth_encoding))
     if perception.refined is not None:
         for det, mask in sorted(perception.refined.masks.items()):
             msg.refined.append(evaluator_pb2.RefinedMask(detection=det, mask=mask_to_proto(mask)))
@@ -810,7 +823,7 @@ def perception_to_proto(perception: ImagePerception) -> evaluator_pb2.Perception
 
 
 def perception_from_proto(msg: evaluator_pb2.Perception) -> ImagePerception:
-    """Back to an ``ImagePerception`` (``disparity`` is always None: it does not travel)."""
+    """Back to an ``ImagePerception`` (``disparity`` None when the message has none: an older orchestrator)."""
     det = detections_from_proto(msg.detections, field="perception.detections")
     hw = det.shape_hw
     refined = (
@@ -824,7 +837,10 @@ def perception_from_proto(msg: evaluator_pb2.Perception) -> ImagePerception:
         attributes = AttributeScores(
             {a.detection: dict(zip(a.answers, a.scores, strict=True)) for a in msg.attributes}, answers
         )
+    disparity = None
+    if msg.HasField("disparity"):
+        disparity = DisparityMap(depth_from_proto(msg.disparity, hw), hw)
     try:
-        return ImagePerception(det, refined=refined, attributes=attributes)
+        return ImagePerception(det, refined=refined, attributes=attributes, disparity=disparity)
     except ValueError as exc:
         raise WireError(str(exc), field="perception") from None

@@ -153,6 +153,47 @@ class DepthMeasurements(_Relation):
     separation_slope: Number
 
 
+class ContactBandMeasurements(_Relation):
+    """``rule: "depth"`` with ``depth.rule = "contact_band"`` (Table 16's previous rule): both surfaces large enough."""
+
+    rule: Literal["depth"]
+    depth_rule: Literal["contact_band"]
+    surface: Literal["contact", "rim"]
+    area_a: Number
+    area_b: Number
+    contact_pixels_a: int = Field(ge=0)
+    contact_pixels_b: int = Field(ge=0)
+    surface_pixels_a: int = Field(ge=0)
+    surface_pixels_b: int = Field(ge=0)
+    disparity_range: Number
+    band_width: Number
+    min_band_pixels: int
+    base_margin: Number
+    disparity_a: Number
+    disparity_b: Number
+    normalized_difference: Number
+    required_margin: Number
+
+
+class ContactBandTooFewMeasurements(_Relation):
+    """``rule: "depth"``, contact band, a surface with fewer than ``min_band_pixels`` pixels: nothing fires."""
+
+    rule: Literal["depth"]
+    depth_rule: Literal["contact_band"]
+    surface: Literal["contact", "rim"]
+    area_a: Number
+    area_b: Number
+    contact_pixels_a: int = Field(ge=0)
+    contact_pixels_b: int = Field(ge=0)
+    surface_pixels_a: int = Field(ge=0)
+    surface_pixels_b: int = Field(ge=0)
+    disparity_range: Number
+    band_width: Number
+    min_band_pixels: int
+    base_margin: Number
+    too_few_pixels: Literal[1]
+
+
 class DegenerateMeasurements(_Relation):
     """A relation whose A or B mask is empty: nothing fires."""
 
@@ -172,6 +213,8 @@ class StatementMeasurements(_Strict):
         | ProximityMeasurements
         | ComparativeMeasurements
         | DepthMeasurements
+        | ContactBandMeasurements
+        | ContactBandTooFewMeasurements
         | DegenerateMeasurements
     )
 
@@ -202,6 +245,15 @@ def _schema(model: type[BaseModel], name: str, title: str, description: str) -> 
         digest = {"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "RuleConfig.digest()"}
         body["properties"] = {"name": body["properties"].pop("name"), "digest": digest, **body["properties"]}
     _require_all(body)
+    if model is RuleConfig:  # a constant that does not apply (None) is left out of the record, never null
+        for node in body.get("$defs", {}).values():
+            props = node.get("properties", {})
+            optional = [k for k, v in props.items() if {"type": "null"} in v.get("anyOf", [])]
+            node["required"] = [k for k in node.get("required", []) if k not in optional]
+            for k in optional:
+                props[k]["anyOf"] = [a for a in props[k]["anyOf"] if a != {"type": "null"}]
+                if len(props[k]["anyOf"]) == 1:
+                    props[k].update(props[k].pop("anyOf")[0])
     body.pop("title", None)
     body.pop("description", None)
     return {"$schema": SCHEMA_DIALECT, "$id": f"{SCHEMA_DIR}/{name}", "title": title, "description": description,

@@ -29,7 +29,7 @@ def test_rules_reads_a_json_file_and_rejects_unknown_names(tmp_path: Path, capsy
     out = json.loads(capsys.readouterr().out)
     assert out["proximity"]["gap_factor"] == 0.6 and out["comparative"]["size_ratio"] == 1.05
     assert main(["rules", "strict"]) == 2
-    assert "neither a preset (current, previous) nor a JSON file" in capsys.readouterr().err
+    assert "neither a preset (current, previous, geneval) nor a JSON file" in capsys.readouterr().err
 
 
 def test_prompts_check_summarises_and_reports_the_bad_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

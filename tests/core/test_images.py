@@ -110,3 +110,31 @@ def test_the_wire_adapter_and_files_use_the_same_decoder(tmp_path):
     assert err.value.field == "image.data"
     with pytest.raises(ImageError, match="cannot read the file"):
         load_image(tmp_path / "absent.png")
+
+
+ISSUE_31_EXIF = bytes.fromhex(
+    "4d4d002a000000080003010000020000000463616d0001120003000000010006000001320002000000140000003200000000"
+    "323032343a30313a30312030303a30303a303000"
+)
+
+
+def test_issue_31_the_small_png_with_odd_exif_decodes():
+    """The issue's minimal repro: ``ImageOps.exif_transpose`` raised ``struct.error`` re-serialising this block
+    (an ImageWidth tag of type ASCII); its orientation (6) is still applied."""
+    buf = __import__("io").BytesIO()
+    PILImage.new("RGB", (48, 32)).save(buf, format="PNG", exif=ISSUE_31_EXIF)
+    assert decode_image(buf.getvalue()).shape == (48, 32, 3)  # 48 x 32 stored, shown turned: 32 wide, 48 high
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "WEBP"])
+def test_odd_exif_in_jpeg_and_webp_decodes(fmt: str):
+    data = encoded(np.zeros((32, 48, 3), np.uint8), fmt, exif=b"Exif\x00\x00" + ISSUE_31_EXIF)
+    assert decode_image(data).shape == (48, 32, 3)
+
+
+def test_an_exif_block_that_cannot_be_parsed_leaves_the_image_as_stored():
+    # orientation 6 in a block whose first IFD offset points past its end: no usable orientation
+    broken = b"MM\x00*\x00\x00\xff\xff" + ISSUE_31_EXIF[8:]
+    data = encoded(PIXELS, "PNG", exif=broken)
+    img = decode_image(data)
+    assert img.shape == (12, 20, 3) and (img == PIXELS).all()

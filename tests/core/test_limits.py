@@ -149,3 +149,27 @@ def test_symlinks_out_of_the_image_folder_are_not_followed(tmp_path: Path) -> No
     assert all(j.prompt is None and j.error and "link out" in j.error.message for j in jobs)
     assert all(j.error is not None and j.error.kind == "missing_metadata" for j in jobs)
     assert len(warnings) == 2 and all("link" in w for w in warnings)
+
+
+def test_an_image_less_tree_is_said_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """What an interrupted generate leaves (prompt folders, no images): one error line, not one per folder;
+    a tree with some images: one warning line naming how many folders are empty."""
+    from negt2i.cli import main
+
+    root = tmp_path / "gen"
+    for i in range(300):
+        (root / f"{i:05d}").mkdir(parents=True)
+        (root / f"{i:05d}" / "metadata.jsonl").write_text("{}\n")
+    assert main(["evaluate", str(root), "--out", str(tmp_path / "r.jsonl"), "--backend", "synthetic"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "none of its 300 prompt folders has images under samples/" in err
+    assert not (tmp_path / "r.jsonl").exists()
+    (tmp_path / "empty").mkdir()
+    assert main(["evaluate", str(tmp_path / "empty"), "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert "no prompt folders" in capsys.readouterr().err
+    (root / "00007" / "samples").mkdir()
+    (root / "00007" / "samples" / "0000.png").write_bytes(b"not a png")
+    warnings: list[str] = []
+    jobs = geneval_jobs(root, warn=warnings.append)
+    assert [j.filename for j in jobs] == ["00007/samples/0000.png"]
+    assert warnings == [f"{root}: 299 of 300 prompt folders have no images under samples/ (00000, 00001, 00002 ...)"]

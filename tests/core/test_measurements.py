@@ -91,6 +91,19 @@ def recompute_fired(m: dict[str, Any]) -> set[str]:
         if m["height_b"] > rho * m["height_a"]:
             fired.add("shorter than")
         return fired
+    if rule == "depth" and m.get("depth_rule") == "contact_band":  # Table 16's previous rule
+        need = m["min_band_pixels"]
+        contact = m["contact_pixels_a"] >= need and m["contact_pixels_b"] >= need
+        assert m["surface"] == ("contact" if contact else "rim")
+        if m["surface_pixels_a"] < need or m["surface_pixels_b"] < need:
+            assert m["too_few_pixels"] == 1
+            return set()
+        da, db, span = m["disparity_a"], m["disparity_b"], m["disparity_range"]
+        assert m["required_margin"] == m["base_margin"]
+        normalized = abs(da - db) / span if span > 0 else 0.0
+        if span > 0 and normalized >= m["required_margin"] and da != db:
+            return {"in front of" if da > db else "behind"}
+        return set()
     if rule == "depth":
         da, db, span = m["disparity_a"], m["disparity_b"], m["disparity_range"]
         required = m["base_margin"] + m["separation_slope"] * m["gap"] / m["radius"]

@@ -148,3 +148,32 @@ def test_geometry_matches_brute_force(a: np.ndarray, b: np.ndarray, window: floa
     ys, xs = np.nonzero(a)
     assert (sa.cy, sa.cx) == (ys.mean(), xs.mean()) or np.allclose((sa.cy, sa.cx), (ys.mean(), xs.mean()))
     assert (sa.width, sa.height, sa.area) == (xs.max() - xs.min() + 1, ys.max() - ys.min() + 1, a.sum())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(blobs(), min_size=2, max_size=4), st.sampled_from([0.0, 3.0, 16.0]))
+def test_batched_pairs_match_brute_force_and_single_pairs(masks: list[np.ndarray], window: float) -> None:
+    """A star's pairs measured together (one k-d tree call per round) equal each pair alone and the EDT.
+
+    The facing pixels must also come back in the same order as for a pair alone: the depth
+    rule's mean disparity sums them in that order."""
+    from scipy import ndimage
+
+    from negt2i.geometry import facing_pairs, facing_surface, gap, gaps, mask_stats
+
+    masks = [m for m in masks if m.any()]
+    stats = [mask_stats(m) for m in masks]
+    pairs = [(stats[0], s) for s in stats[1:]]
+    together = facing_pairs(pairs, window)
+    assert gaps(pairs) == [p.gap for p in together]
+    for (sa, sb), (a, b), measured in zip(pairs, [(masks[0], m) for m in masks[1:]], together, strict=True):
+        g = gap(sa, sb)
+        assert measured.gap == g == float(ndimage.distance_transform_edt(~b)[a].min())
+        for (x, y), (sx, sy), got in (((a, b), (sa, sb), measured.a), ((b, a), (sb, sa), measured.b)):
+            alone = facing_surface(sx, sy, g + window)
+            np.testing.assert_array_equal(got[0], alone[0])
+            np.testing.assert_array_equal(got[1], alone[1])
+            expected = x & (ndimage.distance_transform_edt(~y) <= g + window)
+            image = np.zeros_like(x)
+            image[got] = True
+            np.testing.assert_array_equal(image, expected)

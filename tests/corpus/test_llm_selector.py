@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -75,10 +76,16 @@ def test_build_with_llm_rejects_bad_answers_and_rebuilds_from_cache(tmp_path: Pa
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     assert body["response_format"] == {"type": "json_object"}
     assert all(h.get("Authorization") == "Bearer sk-test" for h in fake.headers)
-    # 79 attribute + 79 relation requests, plus 1 retry for apple and 2 for banana
-    assert selector.stats.requests == 158 + 3 == len(fake.requests)
-    assert selector.stats.malformed == 3
-    assert selector.stats.rejected_items >= 158  # every table answer carries out-of-list items
+    # 79 attribute requests (plus 1 retry for apple and 2 for banana), then relation requests asked during
+    # balancing, each with the candidate pool the balancer drew (Appendix A.1): the target_pool (8)
+    # least-used targets, doubled only when a pool holds no plausible pair
+    texts = [r["messages"][1]["content"] for r in fake.requests]
+    relation = [t for t in texts if t.startswith("Subject: ")]
+    assert len(texts) - len(relation) == 79 + 3 == selector.stats.requests - len(relation)
+    assert selector.stats.requests == len(fake.requests) and selector.stats.malformed == 3
+    pools = [re.search(r"Candidate targets: (.*)\n", t).group(1).count('"') // 2 for t in relation]  # type: ignore[union-attr]
+    assert relation and set(pools) <= {8, 16, 32, 64, 78} and pools.count(8) > len(pools) / 2
+    assert selector.stats.rejected_items >= 79  # every table answer carries out-of-list items
 
     assert len(prompts) == 160
     assert validate_prompts([(None, p) for p in prompts], partial=True) == []
@@ -101,7 +108,8 @@ def test_build_with_llm_rejects_bad_answers_and_rebuilds_from_cache(tmp_path: Pa
 
     # the cache: one file per request, raw answer and rejected items kept for review
     files = sorted(cache.glob("*.json"))
-    assert len(files) == 158
+    unique = len(set(texts))
+    assert len(files) == unique
     entries = [json.loads(f.read_text()) for f in files]
     zebra = next(e for e in entries if "Object: zebra\nAllowed colors" in e["request"]["messages"][1]["content"])
     assert zebra["rejected"] == ["striped", "gray"]
@@ -109,7 +117,8 @@ def test_build_with_llm_rejects_bad_answers_and_rebuilds_from_cache(tmp_path: Pa
 
     # rebuild: the server is gone, every answer comes from the cache, byte-identical output
     again, selector2 = _build(url, cache)
-    assert selector2.stats.requests == 0 and selector2.stats.cache_hits == 158
+    asked = selector.stats.requests - selector.stats.malformed + selector.stats.cache_hits  # a pool can recur
+    assert selector2.stats.requests == 0 and selector2.stats.cache_hits == asked
     assert corpus_bytes(again) == corpus_bytes(prompts)
     offline, _ = _build("http://127.0.0.1:9/v1", cache, offline=True)
     assert corpus_bytes(offline) == corpus_bytes(prompts)
@@ -177,3 +186,51 @@ def test_validate_pairs_keeps_only_allowed_pairs() -> None:
     with pytest.raises(MalformedAnswer, match="pairs"):
         validate_pairs('{"pairs": {}}', preds, ["dog"], "cow")
     assert parse_content('```\n{"a": 1}\n```') == {"a": 1}
+
+
+class PoolRecorder:
+    """A per-pool selector (like the LLM one) answering from the offline table, recording every pool."""
+
+    asks_per_pool = True
+    name = "recorder"
+
+    def __init__(self) -> None:
+        from negt2i.corpus.selectors import TableSelector
+
+        self.table = TableSelector()
+        self.pools: list[tuple[str, tuple[str, ...]]] = []
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name}
+
+    def attribute_values(self, category: Category, objects: list[str]) -> dict[str, tuple[str, ...]]:
+        return self.table.attribute_values(category, objects)
+
+    def relation_pairs(self, category: Category, subject: str, candidates: list[str]) -> tuple[tuple[str, str], ...]:
+        self.pools.append((subject, tuple(candidates)))
+        return self.table.relation_pairs(category, subject, candidates)
+
+
+def test_the_selector_sees_the_balancers_candidate_pool() -> None:
+    """Appendix A.1: the selector receives the shared subject and a pool of least-used targets; the chosen
+    targets come from that pool. The offline table path is unchanged (the committed corpus is its output)."""
+    from collections import Counter
+
+    from negt2i.corpus.build import build_category
+    from negt2i.corpus.selectors import TableSelector
+
+    recorder = PoolRecorder()
+    prompts = build_category(Category.DIRECTIONAL, recorder, seed=0, per_cell=10, target_pool=8)  # type: ignore[arg-type]
+    assert len(prompts) == 80 and recorder.pools
+    assert all(subject not in pool and len(pool) in (8, 16, 32, 64, 78) for subject, pool in recorder.pools)
+    # the first pool of the category: nothing is used yet, so any 8 targets; later pools avoid heavy users
+    first_subject, first_pool = recorder.pools[0]
+    first = next(p for p in prompts if p.objects[0].class_name == first_subject)
+    assert first.objects[1].class_name in first_pool
+    used: Counter[str] = Counter()
+    for p in prompts:
+        used.update(o.class_name for o in p.objects[1:])
+    # balancing: 360 targets over 79 classes stay close to even (least-used pools)
+    assert max(used.values()) - min(used.values()) <= 3 and len(used) == 79
+    table = build_category(Category.DIRECTIONAL, TableSelector(), seed=0, per_cell=10, target_pool=8)
+    assert all(p.prompt for p in table)  # the table path still builds (and is what the committed corpus holds)

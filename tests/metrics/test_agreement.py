@@ -80,11 +80,12 @@ def test_image_level_binary_and_rank_agreement_match_sklearn_and_scipy(rows: lis
     assert out["human_accept_rate"] == 0.25 and out["annotators_per_image"] == 3
 
 
-def _loo_reference(sat: np.ndarray, image_of: np.ndarray, n_images: int) -> float:
+def _loo_reference(sat: np.ndarray, image_of: np.ndarray, n_images: int, tie_satisfied: bool = False) -> float:
     kappas = []
     for s in range(sat.shape[1]):
         held = sat[:, s]
-        ref = np.delete(sat, s, axis=1).mean(axis=1) > 0.5
+        others = np.delete(sat, s, axis=1).sum(axis=1)
+        ref = (others == 2) | ((others == 1) & tie_satisfied)  # m = 3: two others; 1-1 is the tie
         held_img = [all(held[image_of == i]) for i in range(n_images)]
         ref_img = [all(ref[image_of == i]) for i in range(n_images)]
         kappas.append(cohen_kappa_score(ref_img, held_img))
@@ -103,6 +104,19 @@ def test_leave_one_out_fleiss_and_unanimous_on_raw_answers(rows: list[ImageRow])
     objects = out["element_level"]["objects"]
     assert objects["n"] == 4 and objects["evaluators"][OURS]["satisfied"] == 1.0  # 2 satisfied, both found
     assert objects["evaluators"][OURS]["unsatisfied"] == 0.5  # of 2 unsatisfied, ours rejects one
+
+
+def test_the_leave_one_out_tie_rule_is_an_option(rows: list[ImageRow]) -> None:
+    """A 1-1 split between the two other annotators: unsatisfied by default (strict majority), satisfied on request."""
+    study = build_study(_labels(), rows)
+    strict = analyze(study, n_resamples=20)
+    lenient = analyze(study, n_resamples=20, loo_tie="satisfied")
+    assert strict["leave_one_out_tie"] == "unsatisfied" and lenient["leave_one_out_tie"] == "satisfied"
+    expected = _loo_reference(study.satisfied, study.element_image, 4, tie_satisfied=True)
+    assert lenient["inter_annotator"]["image"]["kappa"] == pytest.approx(expected)
+    assert lenient["inter_annotator"]["image"]["kappa"] != pytest.approx(strict["inter_annotator"]["image"]["kappa"])
+    with pytest.raises(ValueError, match="loo_tie must be one of"):
+        analyze(study, n_resamples=20, loo_tie="coin")
 
 
 def test_judge_modes_map_answers_to_the_expected_answer(rows: list[ImageRow]) -> None:
@@ -260,8 +274,10 @@ def test_inconsistent_studies_are_rejected(rows: list[ImageRow]) -> None:
     with pytest.raises(AgreementInputError, match=r"image 'img0.png' is also at"):
         build_study(labels, [*rows, rows[0]])
     extra = [JudgeRow("J", "whole", f"img{i}.png", "prompt", 1.0, "j") for i in range(4)]
-    study = build_study(labels, rows, [*extra, JudgeRow("J", "whole", "unlabelled.png", "prompt", 1.0, "j")])
+    study = build_study([x for x in labels if x.image != "img3.png"], rows, extra)
     assert study.warnings == ["J (whole) answers 1 images that are not labelled (ignored)"]
+    with pytest.raises(AgreementInputError, match=r"j:7: the judge file answers 1 images the results do not have"):
+        build_study(labels, rows, [*extra, JudgeRow("J", "whole", "elsewhere.png", "prompt", 1.0, "j:7")])
     with pytest.raises(
         AgreementInputError, match=r"J \(pos\) has no answer for 7 labelled elements, e.g. img0.png statement:0"
     ):
@@ -321,3 +337,121 @@ def test_agreement_command_writes_json_markdown_and_csv(
         )
         == 2
     )
+
+
+def _bench_study(absent_objects: str) -> Any:
+    """The paper's case: "a photo of a non-wooden bench"; the image has no bench. Annotators a, b, c say there
+    is no bench and (asked "is the bench wooden?") no; the judge says the same: p_yes 0.1 and 0.05."""
+    from negt2i.spec import parse_prompt
+
+    prompt = parse_prompt(
+        {
+            "id": "material-pos0_neg1-000",
+            "category": "material",
+            "prompt": "a photo of a non-wooden bench",
+            "include": [{"class": "bench", "count": 1}],
+            "statements": [{"kind": "attribute", "object": 0, "value": "wooden", "polarity": "negated"}],
+        }
+    )
+    rec = ok_record(make_verdict(prompt, "undetected_object"), filename="bench.png", sample=0, models={})
+    labels = [
+        LabelRow("bench.png", el, who, False, None, "labels") for el in ("object:0", "statement:0") for who in "abc"
+    ]
+    judges = [
+        JudgeRow("J", "pos", "bench.png", "object:0", 0.1, "j"),
+        JudgeRow("J", "pos", "bench.png", "statement:0", 0.05, "j"),  # "is the bench wooden?" -> no
+        JudgeRow("J", "neg", "bench.png", "object:0", 0.1, "j"),
+        JudgeRow("J", "neg", "bench.png", "statement:0", 0.95, "j"),  # "is the bench non-wooden?" -> yes
+    ]
+    return build_study(labels, [parse_line(rec)], judges, absent_objects=absent_objects)
+
+
+def test_a_judge_cannot_satisfy_a_negated_attribute_by_omitting_the_object() -> None:
+    """Appendix B.2: elements of an absent object count as unsatisfied (no success by omission)."""
+    study = _bench_study("unsatisfied")
+    assert study.element_objects == [(0,), (0,)]
+    for mode in ("pos", "neg"):
+        dec = study.evaluators[f"J ({mode})"]
+        assert dec.element_binary is not None
+        assert dec.element_binary.tolist() == [False, False]  # no bench, so "non-wooden" is not satisfied
+        assert dec.image_score.tolist() == [pytest.approx(0.05)]  # mean of 0.1 (object) and 0 (statement)
+        assert dec.image_binary.tolist() == [False]
+        assert dec.element_p_yes is not None and dec.element_p_yes[1] in (0.05, 0.95)  # raw answer kept (Table 10)
+    # NegT2IBench never had the problem: its statement of a missing object fails (cause undetected_object)
+    ours = study.evaluators[OURS]
+    assert ours.element_binary is not None and ours.element_binary.tolist() == [False, False]
+
+
+def test_the_independent_rule_reproduces_success_by_omission() -> None:
+    """The old rule, kept as an option: the statement alone is satisfied by the judge's "no"."""
+    study = _bench_study("independent")
+    dec = study.evaluators["J (pos)"]
+    assert dec.element_binary is not None and dec.element_binary.tolist() == [False, True]
+    assert dec.image_score.tolist() == [pytest.approx(0.525)]
+    assert not study.warnings or all("could not be checked" not in w for w in study.warnings)
+    with pytest.raises(ValueError, match="absent_objects must be one of"):
+        _bench_study("lenient")
+
+
+def test_a_judge_without_object_answers_is_scored_per_element_with_a_warning(rows: list[ImageRow]) -> None:
+    judges = [JudgeRow("J", "pos", f"img{i}.png", "statement:0", 0.2, "j") for i in range(4)]
+    judges += [JudgeRow("J", "pos", f"img{i}.png", "object:0", 0.9, "j") for i in range(3)]
+    labels = [lab for lab in _labels() if lab.element == "statement:0" or lab.image != "img3.png"]
+    with pytest.raises(AgreementInputError, match=r"img3.png: no labels for object:0 \(1 of its 2 elements\)"):
+        build_study(labels, rows, judges)  # a labels file with a missing element
+    study = build_study(labels, rows, judges, allow_partial=True)
+    assert any("J (pos): 1 statements could not be checked" in w for w in study.warnings)
+
+
+def test_the_paper_tables_with_judge_costs_and_the_pos_neg_delta(
+    tmp_path: Path, records: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tables 2, 5, 6, 7, 10-13 as HTML and CSV: a judge's three modes in one row, Δ = neg - pos, cost columns."""
+    results = write_jsonl(tmp_path / "r.jsonl", records)
+    labels = write_jsonl(
+        tmp_path / "l.jsonl",
+        [{"image": x.image, "element": x.element, "annotator": x.annotator, "answer": "yes" if x.answer else "no"}
+         for x in _labels()],
+    )  # fmt: skip
+    judge = []
+    for i in range(4):
+        img = f"img{i}.png"
+        cost = {"params": "8B", "gpu_gib": 16.0 + i, "seconds": 0.1}
+        judge.append({"judge": "J", "mode": "pos", "image": img, "element": "object:0", "p_yes": 0.9, **cost})
+        judge.append({"judge": "J", "mode": "pos", "image": img, "element": "statement:0", "p_yes": 0.2, **cost})
+        judge.append({"judge": "J", "mode": "neg", "image": img, "element": "object:0", "p_yes": 0.9, **cost})
+        judge.append({"judge": "J", "mode": "neg", "image": img, "element": "statement:0", "p_yes": 0.3, **cost})
+        judge.append({"judge": "J", "mode": "whole", "image": img, "element": "prompt", "p_yes": 0.6})
+    judges = write_jsonl(tmp_path / "j.jsonl", judge)
+    out = tmp_path / "out"
+    args = ["agreement", "--labels", str(labels), "--results", str(results), "--judges", str(judges)]
+    assert main([*args, "--out", str(out), "--bootstrap", "40", "--ours-cost", "1.24B,6.3,0.78"]) == 0
+    data = json.loads((out / "agreement.json").read_text())
+    assert data["element_questions_per_image"] == 2.0
+    assert data["costs"]["J"] == {"params": "8B", "gpu_gib": 19.0, "s_per_question": pytest.approx(0.1),
+                                  "s_per_image": pytest.approx(0.2)}  # fmt: skip
+    for n in (2, 5, 6, 7, 10, 11, 12, 13):
+        assert (out / f"table{n}.csv").is_file()
+    with (out / "table2.csv").open() as fh:
+        rows = list(csv.reader(fh))
+    assert rows[1] == ["Evaluator", "Params", "GiB", "s/img", "whole", "pos", "neg", "Δ", "Prec.", "Rec.",
+                       "whole", "pos", "neg", "Δ"]  # fmt: skip
+    j = next(r for r in rows if r[0] == "J")
+    kappa_pos = data["image_level"]["J (pos)"]["kappa"]
+    kappa_neg = data["image_level"]["J (neg)"]["kappa"]
+    assert j[1:4] == ["8B", "19.0", "0.20"]
+    assert j[5].startswith(f"{100 * kappa_pos:.1f} [") and j[6].startswith(f"{100 * kappa_neg:.1f} [")
+    assert j[7].startswith(f"{100 * (kappa_neg - kappa_pos):+.1f} [")
+    ours = next(r for r in rows if r[0] == "NegT2IBench (ours)")
+    assert ours[1:4] == ["1.24B", "6.3", "0.78"] and ours[5:8] == ["-", "-", "-"]
+    page = (out / "agreement.html").read_text()
+    for title in ("Table 2:", "Table 5:", "Table 6:", "Table 7:", "Table 10:", "Table 11:", "Table 12:", "Table 13:"):
+        assert title in page
+    with (out / "table5.csv").open() as fh:
+        t5 = list(csv.reader(fh))
+    assert [r[:2] for r in t5[1:]] == [["All statements", "8"], ["Affirmative", "4"], ["Negated", "4"]]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "--out", str(out), "--ours-cost", "big"])
+    assert exit_info.value.code == 2
+    assert "expected PARAMS,GIB,S_IMG" in capsys.readouterr().err

@@ -132,3 +132,24 @@ def test_secure_defaults() -> None:
 def test_the_k8s_deployment_sets_the_bind_address() -> None:
     manifest = (Path(__file__).resolve().parents[2] / "k8s" / "base" / "orchestrator.yaml").read_text()
     assert "name: NEGT2I_HOST" in manifest and 'value: "0.0.0.0"' in manifest
+
+
+def test_received_bytes_of_waiting_items_count_in_the_budget() -> None:
+    """Waiting items hold their messages: an item whose message would take the waiting items' received bytes
+    over the budget is refused at once (issue 31), whatever max_waiting allows; the first waiter always waits."""
+
+    async def run() -> None:
+        adm = Admission(budget_bytes=100, max_active=1, max_waiting=100, max_wait_s=5)
+        held = await adm.acquire(1, held=90)
+        first = asyncio.create_task(adm.acquire(1, held=60))
+        second = asyncio.create_task(adm.acquire(1, held=30))
+        await asyncio.sleep(0.01)
+        assert adm.waiting == 2 and adm.waiting_bytes == 90
+        with pytest.raises(Overloaded, match="received"):
+            await adm.acquire(1, held=20)  # 90 + 20 > 100
+        adm.release(held)
+        adm.release(await first)
+        adm.release(await second)
+        assert adm.waiting_bytes == 0 and adm.in_use == 0
+
+    asyncio.run(run())

@@ -80,3 +80,39 @@ def test_item_errors_become_lines_or_reruns(code, field, line):
     else:
         assert record is not None and record["status"] == "error" and record["correct"] is False
         assert record["error"].startswith(f"{line}: {code.name}: why") and not outcome.retry
+
+
+def test_which_failed_calls_are_retried() -> None:
+    """RESOURCE_EXHAUSTED is retried only when the orchestrator said so (its rich error model: overloaded, not an
+    oversized message); one without it comes from gRPC's transport (a message or metadata over its limits) and
+    cannot succeed when sent again. CANCELLED that the client did not ask for (gRPC ending an old connection's
+    calls) is retried (issue 31)."""
+    from negt2i.client import ClientError
+    from negt2i.failures import Failure, FailureKind
+
+    overloaded = Failure(FailureKind.STAGE_ERROR, "busy", code="RESOURCE_EXHAUSTED", reason="SERVER_OVERLOADED")
+    too_large = Failure(FailureKind.INVALID_METADATA, "big", code="RESOURCE_EXHAUSTED", reason="MESSAGE_TOO_LARGE")
+    assert ClientError("RESOURCE_EXHAUSTED", "at capacity", overloaded).retryable
+    assert not ClientError("RESOURCE_EXHAUSTED", "message too large", too_large).retryable
+    assert not ClientError("RESOURCE_EXHAUSTED", "received initial metadata size exceeds limit").retryable
+    assert ClientError("CANCELLED", "Cancelled").retryable
+    assert ClientError("UNAVAILABLE", "down").retryable
+    assert not ClientError("INVALID_ARGUMENT", "bad").retryable
+
+
+def test_needed_health_follows_the_categories_of_the_jobs(tmp_path) -> None:
+    from negt2i.client import needed_health, needed_stages
+    from negt2i.config import load_config
+    from negt2i.evaluate import discover
+    from negt2i.stages.demo_data import demo_entries
+    from negt2i.stages.synthetic import write_geneval_layout
+
+    entries = list(demo_entries(12, 1, 3, 32))
+    write_geneval_layout(tmp_path / "c", [e for e in entries if e[0]["category"] == "color"])
+    write_geneval_layout(tmp_path / "d", [e for e in entries if e[0]["category"] in ("color", "depth")])
+    color, mixed = discover(tmp_path / "c"), discover(tmp_path / "d")
+    assert needed_health(color) == ["negt2i.v1.Evaluator/category/color"]
+    assert needed_health(mixed) == ["negt2i.v1.Evaluator/category/color", "negt2i.v1.Evaluator/category/depth"]
+    config = load_config("current")
+    assert needed_stages(color, config) == {"detector", "attributes"}
+    assert needed_stages(mixed, config) == {"detector", "attributes", "segmenter", "depth"}

@@ -178,7 +178,7 @@ def test_stage_handler_fails_bad_items_alone(stage):
     assert out[2]["error"]["status"] == 400 and "unknown" in out[2]["error"]["message"]
 
 
-def test_perception_round_trips_without_the_disparity():
+def test_perception_round_trips_with_the_disparity():
     pipeline = Pipeline(Stages.create(SYNTH))
     kinds = set()
     for record, images in demo_entries(prompts=12, samples=2, seed=9):
@@ -198,9 +198,16 @@ def test_perception_round_trips_without_the_disparity():
                 assert {k: dict(v) for k, v in back.attributes.scores.items()} == {
                     k: dict(v) for k, v in p.attributes.scores.items()
                 }
-            assert back.disparity is None
+            assert (back.disparity is None) == (p.disparity is None)
+            if p.disparity is not None:  # packed float16 (the orchestrator's default); the synthetic map is exact in it
+                kinds.add("disparity")
+                assert (back.disparity.values == p.disparity.values).all()
+                exact = adapter.perception_from_proto(
+                    _wire(adapter.perception_to_proto(p, common_pb2.DEPTH_ENCODING_FLOAT32))
+                )
+                assert exact.disparity is not None and (exact.disparity.values == p.disparity.values).all()
             assert adapter.perception_to_proto(p).used_depth == (p.disparity is not None)
-    assert kinds == {"refined", "attributes"}
+    assert kinds == {"refined", "attributes", "disparity"}
 
 
 def test_enum_tables_cover_both_sides_exactly():

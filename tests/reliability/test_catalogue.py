@@ -28,7 +28,7 @@ from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import evaluator_pb2
-from tests.reliability.catalogue import CATALOGUE, GRPC, HTTP
+from tests.reliability.catalogue import CATALOGUE, GOOD_PROMPT, GRPC, HTTP
 from tests.services.live import Proc
 
 pytestmark = pytest.mark.xdist_group("reliability")
@@ -66,7 +66,20 @@ def images() -> dict[str, bytes]:
         "$too_many_pixels": adapter.encode_png(np.zeros((1000, 1100, 3), np.uint8)),
         "$too_many_bytes": rng.randbytes(1_500_000),
         "$oversize_message": rng.randbytes(3_000_000),
+        **{f"$odd_exif_{fmt.lower()}": _with_exif(png, fmt) for fmt in ("PNG", "JPEG", "WEBP")},
     }
+
+
+def _with_exif(png: bytes, fmt: str) -> bytes:
+    """``png``'s pixels as ``fmt`` with the EXIF block of issue 31 (``ImageOps.exif_transpose`` raised on it)."""
+    from PIL import Image as PILImage
+
+    from benchmarks.fuzz_decoder import ISSUE_31_EXIF
+
+    buf = io.BytesIO()
+    with PILImage.open(io.BytesIO(png)) as img:
+        img.convert("RGB").save(buf, format=fmt, exif=b"Exif\x00\x00" + ISSUE_31_EXIF)
+    return buf.getvalue()
 
 
 def _mask(empty: bool = False) -> dict[str, Any]:
@@ -214,6 +227,26 @@ def _special_body(entry: dict[str, Any], proc: Proc) -> int:
         status = _raw_http(proc.port, head + b"Content-Length: 100\r\n\r\n", b'{"items": [')
         assert time.monotonic() - start < 8, "a stalled body must be dropped after the read timeout"
         return status
+    if entry["body"] in ("$stalled_head", "$silent"):  # closed by the server after its header timeout (1 s here)
+        start = time.monotonic()
+        partial = b"GET /info HTTP/1.1\r\nHost: 127." if entry["body"] == "$stalled_head" else b""
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as s:
+            s.sendall(partial)
+            closed = s.recv(64) == b""
+        assert closed and time.monotonic() - start < 8, "a connection without a request head must be closed"
+        return 0
+    if entry["body"] in ("$queue_json", "$queue_binary"):  # NEGT2I_MAX_QUEUE is 64 (the default)
+        spec = STAGE_TABLE[entry["stage"]]
+        url = f"{proc.url}/{spec.route}"
+        if entry["body"] == "$queue_json":
+            items = [{"image": {"data": ""}, "masks": [], "class_names": [], "answers": ["red"]}] * 65
+            r = httpx.post(url, json={"items": items}, timeout=30, trust_env=False)
+        else:
+            msg = spec.request(items=[spec.item(image=adapter.image_to_proto(images()["$png"]))] * 65)
+            headers = {"content-type": adapter.PROTOBUF_TYPE}
+            r = httpx.post(url, content=msg.SerializeToString(), headers=headers, timeout=30, trust_env=False)
+        assert "NEGT2I_MAX_QUEUE" in r.text and "at most 64 items per request" in r.text, r.text
+        return r.status_code
     raise AssertionError(entry["body"])
 
 
@@ -258,3 +291,16 @@ def test_after_the_catalogue_everything_serves(rel_orchestrator: Proc, rel_stage
         family = [psutil.Process(proc.popen.pid), *psutil.Process(proc.popen.pid).children(recursive=True)]
         biggest = max(p.memory_info().rss for p in family)
         assert biggest < STAGE_RSS_BOUND, f"{stage} RSS {biggest >> 20} MiB"
+
+
+@pytest.mark.parametrize("fmt", ["png", "jpeg", "webp"])
+def test_an_image_with_odd_exif_is_judged_not_internal(fmt: str, channel: Any) -> None:
+    """Issue 31: the orchestrator answered INTERNAL (and the stages 500) for images whose EXIF block
+    ``ImageOps.exif_transpose`` could not re-serialise; such an image is judged like any other."""
+    image = adapter.image_to_proto(images()[f"$odd_exif_{fmt}"])
+    request = evaluator_pb2.EvaluateRequest(request_id=f"exif-{fmt}", image=image)
+    request.prompt.CopyFrom(json_format.ParseDict(GOOD_PROMPT, evaluator_pb2.PromptSpec()))
+    answer = evaluator_pb2.EvaluateResponse.FromString(
+        channel.unary_unary(METHOD)(request.SerializeToString(), timeout=60)
+    )
+    assert answer.request_id == f"exif-{fmt}" and answer.verdict.prompt_id == "depth-x"

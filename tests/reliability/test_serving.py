@@ -132,6 +132,111 @@ def test_health_answers_within_100ms_while_saturated(rel_orchestrator: Proc) -> 
     assert p90 < 0.1 and latencies[-1] < 1.0, f"median {statistics.median(latencies):.3f} s, p90 {p90:.3f} s"
 
 
+def test_health_stays_fast_while_clients_stream_worst_case_headers(rel_orchestrator: Proc) -> None:
+    """Valid JPEGs of 1 MB (the image limit here) made of 260,000 empty APP segments: reading their size walks
+    every segment (Pillow: about 1.5 s each). A stream of 2 such images; every health check meanwhile answers
+    within 1 s, because the orchestrator's event loop never parses image data (admission reads the header on a
+    worker thread; benchmarks/bench_health_latency.py measures it at the default 24 MiB limit)."""
+    from benchmarks.bench_health_latency import health_under_load, worst_case_jpeg
+
+    image = worst_case_jpeg(1_000_000)
+    latencies = health_under_load(rel_orchestrator.target, image, streams=1, items=2, timeout=120)
+    assert len(latencies) >= 5, "the load ended before health was measured"
+    assert max(latencies) < 1.0, f"health latencies {sorted(latencies)[-5:]}"
+
+
+def test_hundreds_of_cancelled_streams_leave_the_orchestrator_serving(rel_urls: dict[str, str], rel_tmp: Path) -> None:
+    """240 streams (4 items each, half of them depth prompts) cancelled at random moments, 40 at a time, against
+    an orchestrator that refuses what it cannot admit at once (NEGT2I_MAX_WAITING=0): afterwards every stage is
+    SERVING and an item is judged within seconds (issue 31: cancelled stage calls used to leave the detector's
+    connection pool full for good, tests/orchestrator/test_stage_pool.py has the mechanism)."""
+    import asyncio
+    import random
+
+    from negt2i.wire.v1 import evaluator_pb2_grpc
+
+    orch = start_orchestrator(rel_urls, rel_tmp, env={"NEGT2I_MAX_WAITING": "0", "NEGT2I_STAGE_CONCURRENCY": "4"})
+    try:
+        assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
+        prompt = parse_prompt(PROMPT)
+        color = parse_prompt({"id": "c", "category": "color", "prompt": "a photo of a non-red cup",
+                              "include": [{"class": "cup"}],
+                              "statements": [{"kind": "attribute", "object": 0, "value": "red",
+                                              "polarity": "negated"}]})  # fmt: skip
+        reqs = [make_request(images()["$png"], prompt=prompt if i % 2 else color, request_id=str(i)) for i in range(4)]
+        rng = random.Random(1)
+
+        async def churn() -> None:
+            async with grpc.aio.insecure_channel(orch.target) as channel:
+                stub = evaluator_pb2_grpc.EvaluatorStub(channel)
+
+                async def one() -> None:
+                    call = stub.EvaluateStream(iter(reqs))
+                    await asyncio.sleep(rng.random() * 0.4)
+                    call.cancel()
+
+                for _ in range(6):
+                    await asyncio.gather(*(one() for _ in range(40)))
+
+        asyncio.run(churn())
+        assert wait_health(orch.target, "SERVING", timeout=5) == "SERVING", orch.tail()
+        with EvaluatorClient(orch.target, attempts=3) as client:
+            for stage in ("detector", "segmenter", "attributes", "depth"):
+                assert client.health(f"negt2i.v1.Evaluator/stage/{stage}") == "SERVING"
+            start = time.monotonic()
+            result = client.evaluate(images()["$png"], prompt=prompt, timeout=10)
+            assert result.verdict is not None and time.monotonic() - start < 10
+    finally:
+        orch.kill()
+
+
+def test_submit_fails_within_seconds_when_nothing_listens(demo: tuple[Path, Path], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    root, _ = demo
+    start = time.monotonic()
+    code = main(["submit", str(root), "--orchestrator", f"127.0.0.1:{free_port()}", "--out", str(tmp_path / "o.jsonl"),
+                 "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 3 and time.monotonic() - start < 15, err
+    assert "nothing listens at 127.0.0.1:" in err and "connection refused" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_submit_waits_only_for_the_categories_its_images_need(
+    rel_urls: dict[str, str], rel_tmp: Path, tmp_path: Path
+) -> None:
+    """The segmenter is unreachable (nothing listens at its URL): category/color stays SERVING and a folder of
+    colour prompts is submitted and judged in full (docs/services.md, "Health"); a folder that also has
+    relation prompts gets their items back as UNAVAILABLE, fast, while its colour prompts are judged."""
+    from negt2i.stages.demo_data import demo_entries
+    from negt2i.stages.synthetic import write_geneval_layout
+
+    entries = list(demo_entries(12, 2, 3, 64))
+    color = tmp_path / "color"
+    write_geneval_layout(color, [e for e in entries if e[0]["category"] == "color"])
+    mixed = tmp_path / "mixed"
+    write_geneval_layout(mixed, [e for e in entries if e[0]["category"] in ("color", "directional")])
+    urls = {**rel_urls, "segmenter": f"http://127.0.0.1:{free_port()}"}
+    orch = start_orchestrator(urls, rel_tmp)
+    try:
+        assert wait_health(orch.target, "NOT_SERVING", timeout=60) == "NOT_SERVING", orch.tail()  # it answers
+        out = tmp_path / "color.jsonl"
+        args = ["--orchestrator", orch.target, "--no-progress", "--wait", "60"]
+        assert main(["submit", str(color), "--out", str(out), *args]) == 0
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == 4 and all(r["status"] == "ok" for r in rows), rows
+        assert "segmenter" not in rows[0]["models"] and "attributes" in rows[0]["models"]
+        start = time.monotonic()
+        out = tmp_path / "mixed.jsonl"
+        args[-1] = "3"  # category/directional will not serve: its images are answered UNAVAILABLE at once
+        assert main(["submit", str(mixed), "--out", str(out), *args, "--attempts", "2"]) == 1
+        assert time.monotonic() - start < 60
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == 4 and {r["category"] for r in rows} == {"color"}
+    finally:
+        orch.kill()
+
+
 # --------------------------------------------------------------------------- TLS and the token
 
 
@@ -197,7 +302,8 @@ def secure(rel_urls: dict[str, str], rel_tmp: Path) -> Iterator[tuple[Proc, dict
         orch.kill()
 
 
-def test_mutual_tls_and_token(secure: tuple[Proc, dict[str, Path]], demo: tuple[Path, Path], tmp_path: Path) -> None:
+def test_mutual_tls_and_token(secure: tuple[Proc, dict[str, Path]], demo: tuple[Path, Path], tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     orch, certs = secure
     tls = Tls(str(certs["ca"]), str(certs["client_crt"]), str(certs["client_key"]))
     prompt = parse_prompt(PROMPT)
@@ -212,6 +318,13 @@ def test_mutual_tls_and_token(secure: tuple[Proc, dict[str, Path]], demo: tuple[
             assert time.monotonic() < end, orch.tail()
             time.sleep(0.2)
         assert client.evaluate(images()["$png"], prompt=prompt).verdict is not None
+    # negt2i submit names a TLS mismatch at once (it used to wait and say "not SERVING after 60 s")
+    for extra, needle in (([], "may require TLS (pass --tls-ca)"), (["--tls-ca", str(certs["ca"])], "TLS")):
+        start = time.monotonic()
+        code = main(["submit", str(demo[0]), "--orchestrator", orch.target, "--out", str(tmp_path / "x.jsonl"),
+                     "--no-progress", *extra])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 3 and needle in err and time.monotonic() - start < 15, err
     for kwargs, code in (
         ({"tls": tls, "token": ""}, "UNAUTHENTICATED"),  # no token
         ({"tls": tls, "token": "wrong"}, "UNAUTHENTICATED"),
@@ -327,3 +440,90 @@ def test_idle_connections_do_not_lock_a_stage_out(rel_stages: dict[str, Proc]) -
     finally:
         for s in socks:
             s.close()
+
+
+def test_connections_per_peer_are_bounded(rel_stages: dict[str, Proc]) -> None:
+    """One peer opening more than NEGT2I_MAX_CONNECTIONS_PER_PEER (128) connections: the ones beyond are closed
+    at once; once it lets go, the stage answers as usual."""
+    from services.http_guard import DEFAULT_MAX_CONNECTIONS_PER_PEER
+
+    proc = rel_stages["attributes"]
+    socks = []
+    try:
+        for _ in range(DEFAULT_MAX_CONNECTIONS_PER_PEER + 8):
+            socks.append(socket.create_connection(("127.0.0.1", proc.port), timeout=5))
+        time.sleep(0.2)
+        closed = 0
+        for s in socks[-20:]:  # within a second: before any keep-alive or header timeout could close them
+            s.settimeout(0.03)
+            try:
+                closed += s.recv(16) == b""
+            except OSError:  # still open: nothing to read
+                pass
+        assert closed >= 8, f"{closed} of the last 20 connections closed"
+    finally:
+        for s in socks:
+            s.close()
+    time.sleep(0.3)
+    assert httpx.get(f"{proc.url}/readyz", timeout=10, trust_env=False).status_code == 200
+
+
+def test_info_is_served_past_the_request_cap(rel_tmp: Path) -> None:
+    """A stage with a request cap of 4 (NEGT2I_STAGE_MAX_CONCURRENCY) and 6 connections holding a request open
+    (headers sent, the body trickling): the API answers 429 (busy), but GET /info answers 200 like /readyz, so
+    the orchestrator's health poll does not take the busy stage for a dead one."""
+    from tests.services.live import start_stage, wait_ready
+
+    proc = start_stage("depth", rel_tmp, env={"NEGT2I_STAGE_MAX_CONCURRENCY": "4", "NEGT2I_BODY_TIMEOUT_S": "20"})
+    socks = []
+    try:
+        wait_ready(proc)
+        head = (b"POST /depth HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n{\"items\": [")  # fmt: skip
+        for _ in range(6):
+            s = socket.create_connection(("127.0.0.1", proc.port), timeout=10)
+            s.sendall(head)
+            socks.append(s)
+        time.sleep(0.5)
+        with httpx.Client(trust_env=False, timeout=10) as client:
+            assert client.post(f"{proc.url}/depth", json={"items": []}).status_code == 429
+            assert client.get(f"{proc.url}/readyz").status_code == 200
+            r = client.get(f"{proc.url}/info")
+            assert r.status_code == 200 and r.json()["model"]["stage"] == "depth", r.text
+    finally:
+        for s in socks:
+            s.close()
+        proc.kill()
+
+
+def test_open_calls_are_bounded_before_their_messages_are_read(rel_urls: dict[str, str], rel_tmp: Path) -> None:
+    """NEGT2I_MAX_CALLS=2 and two open streams: a third call is answered RESOURCE_EXHAUSTED (reason
+    SERVER_OVERLOADED, with the rich error model, so clients retry it) without its message being read; health
+    checks are not counted; once a stream ends, calls are served again."""
+    import queue
+
+    from grpc_status import rpc_status
+
+    orch = start_orchestrator(rel_urls, rel_tmp, env={"NEGT2I_MAX_CALLS": "2"})
+    try:
+        assert wait_health(orch.target, "SERVING", timeout=60) == "SERVING", orch.tail()
+        prompt = parse_prompt(PROMPT)
+        with EvaluatorClient(orch.target, attempts=1) as client:
+            feeds: list[queue.Queue[Any]] = [queue.Queue(), queue.Queue()]
+            calls = [client.stream_call(iter(q.get, None), timeout=60) for q in feeds]
+            for call in calls:
+                call.initial_metadata()  # both streams are open
+            with pytest.raises(grpc.RpcError) as info:
+                client.stub.Evaluate(make_request(images()["$png"], prompt=prompt), timeout=10)
+            err = info.value
+            assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "at capacity" in (err.details() or "")
+            status = rpc_status.from_call(err)
+            assert status is not None and status.details, "no rich error model: clients would not retry"
+            assert client.health() == "SERVING"
+            feeds[0].put(None)
+            list(calls[0])
+            assert client.evaluate(images()["$png"], prompt=prompt).verdict is not None
+            feeds[1].put(None)
+            list(calls[1])
+    finally:
+        orch.kill()

@@ -32,11 +32,13 @@ def free_port() -> int:
     Ports come from a range per pytest-xdist worker (20000 + 500 x worker index, below the kernel's
     ephemeral range 32768-60999), counting up: two workers (or two fixtures of one worker) never pick
     the same port, which kernel-chosen ephemeral ports (bind to port 0, then close) do not guarantee.
+    Each process starts at its own place in its range (from its PID), so that test runs on one machine at
+    the same time (the same worker names) rarely reach for the same port between the check and the bind.
     """
     if not _next_port:
         worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
         index = int(worker[2:]) if worker[2:].isdigit() else 0
-        _next_port.append(20000 + 500 * (index % 24))
+        _next_port.append(20000 + 500 * (index % 24) + (os.getpid() * 7919) % 500)
     while True:
         port = _next_port[0]
         _next_port[0] = port + 1 if (port + 1 - 20000) % 500 else port + 1 - 500

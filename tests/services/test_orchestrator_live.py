@@ -294,7 +294,8 @@ def test_unavailable_stage_and_health(stage_urls: dict[str, str], live_tmp: Path
             assert len(listed.statuses) == 12 and listed.statuses["negt2i.v1.Evaluator/category/color"].status == 1
             with pytest.raises(ClientError) as err:
                 client.evaluate(DOG_HORSE, prompt=parse_prompt(DEPTH))
-            assert err.value.code == "UNAVAILABLE" and err.value.details.startswith("depth: unreachable")
+            # found down by the health poll: refused at once, nothing sent (issue 31: a down stage fails fast)
+            assert err.value.code == "UNAVAILABLE" and err.value.details.startswith("depth: down: no answer at")
             assert (err.value.stage, err.value.reason) == ("depth", "STAGE_UNAVAILABLE")  # the rich error model
             assert "Error" not in err.value.details  # plain words, no exception class names
             # the SERVING categories' prompts are judged: color (detector + attributes) and every relation

@@ -816,7 +816,7 @@ Global___InstanceAttributes: _TypeAlias = InstanceAttributes  # noqa: Y015
 
 @_typing.final
 class Perception(_message.Message):
-    """The perception a verdict was judged from (the disparity map is left out: it is large)."""
+    """The perception a verdict was judged from."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -824,6 +824,7 @@ class Perception(_message.Message):
     REFINED_FIELD_NUMBER: _builtins.int
     ATTRIBUTES_FIELD_NUMBER: _builtins.int
     USED_DEPTH_FIELD_NUMBER: _builtins.int
+    DISPARITY_FIELD_NUMBER: _builtins.int
     used_depth: _builtins.bool
     """Whether a disparity map was used (depth prompts)."""
     @_builtins.property
@@ -838,6 +839,13 @@ class Perception(_message.Message):
     def attributes(self) -> _containers.RepeatedCompositeFieldContainer[Global___InstanceAttributes]:
         """Attribute scores of the instances that attribute statements measured."""
 
+    @_builtins.property
+    def disparity(self) -> _stages_pb2.DepthMap:
+        """The disparity map the depth rule read, packed as the orchestrator received it from the depth stage
+        (float16 unless it runs with float32), so that a saved perception re-judges depth exactly. Only when
+        used_depth; absent from older orchestrators.
+        """
+
     def __init__(
         self,
         *,
@@ -845,10 +853,11 @@ class Perception(_message.Message):
         refined: _abc.Iterable[Global___RefinedMask] | None = ...,
         attributes: _abc.Iterable[Global___InstanceAttributes] | None = ...,
         used_depth: _builtins.bool = ...,
+        disparity: _stages_pb2.DepthMap | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["detections", b"detections"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["detections", b"detections", "disparity", b"disparity"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "detections", b"detections", "refined", b"refined", "used_depth", b"used_depth"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "detections", b"detections", "disparity", b"disparity", "refined", b"refined", "used_depth", b"used_depth"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

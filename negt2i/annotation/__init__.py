@@ -1,0 +1,1 @@
+"""The human annotation study: element questions (``questions``) and the labelling kit (``task``)."""
