@@ -153,8 +153,8 @@ class DepthMeasurements(_Relation):
     separation_slope: Number
 
 
-class ContactBandMeasurements(_Relation):
-    """``rule: "depth"`` with ``depth.rule = "contact_band"`` (Table 16's previous rule): both surfaces large enough."""
+class _ContactBand(_Relation):
+    """The fields both contact-band records share (``depth.rule = "contact_band"``, Table 16)."""
 
     rule: Literal["depth"]
     depth_rule: Literal["contact_band"]
@@ -169,28 +169,20 @@ class ContactBandMeasurements(_Relation):
     band_width: Number
     min_band_pixels: int
     base_margin: Number
+
+
+class ContactBandMeasurements(_ContactBand):
+    """``rule: "depth"`` with ``depth.rule = "contact_band"`` (Table 16's previous rule): both surfaces large enough."""
+
     disparity_a: Number
     disparity_b: Number
     normalized_difference: Number
     required_margin: Number
 
 
-class ContactBandTooFewMeasurements(_Relation):
+class ContactBandTooFewMeasurements(_ContactBand):
     """``rule: "depth"``, contact band, a surface with fewer than ``min_band_pixels`` pixels: nothing fires."""
 
-    rule: Literal["depth"]
-    depth_rule: Literal["contact_band"]
-    surface: Literal["contact", "rim"]
-    area_a: Number
-    area_b: Number
-    contact_pixels_a: int = Field(ge=0)
-    contact_pixels_b: int = Field(ge=0)
-    surface_pixels_a: int = Field(ge=0)
-    surface_pixels_b: int = Field(ge=0)
-    disparity_range: Number
-    band_width: Number
-    min_band_pixels: int
-    base_margin: Number
     too_few_pixels: Literal[1]
 
 
