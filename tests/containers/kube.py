@@ -43,8 +43,8 @@ from tests.containers.stack import (
     Failed,
     build,
     check,
+    demo_and_embedded,
     log,
-    negt2i,
     served_stage,
     step,
     submit_and_compare,
@@ -170,12 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             target = f"127.0.0.1:{files['orchestrator']['ports'][50051]}"
             wait_health(target, "SERVING", 180)
         with step("submit the demo folder from the host; parity with negt2i evaluate"):
-            demo, embedded = tmp / "demo", tmp / "embedded.jsonl"
-            made = subprocess.run([sys.executable, "-m", "negt2i.stages.demo_data", str(demo)], cwd=REPO,
-                                  capture_output=True, text=True, check=False)  # fmt: skip
-            check(made.returncode == 0, made.stderr)
-            result = negt2i("evaluate", str(demo), "--backend", "synthetic", "--out", str(embedded), "--no-progress")
-            check(result.returncode == 0, result.stderr)
+            demo, embedded = demo_and_embedded(tmp)
             n = submit_and_compare(target, demo, embedded, tmp / "submitted.jsonl", "synthetic-palette-v1")
             log(f"  {n}/{n} lines identical to negt2i evaluate")
         log(f"PASSED in {time.monotonic() - t0:.0f} s")

@@ -216,6 +216,18 @@ def rows(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def demo_and_embedded(tmp: Path) -> tuple[Path, Path]:
+    """The demo folder (``tmp/demo``) and its in-process verdicts (``tmp/embedded.jsonl``, synthetic backends):
+    what every container run compares its submitted lines with."""
+    demo, embedded = tmp / "demo", tmp / "embedded.jsonl"
+    made = subprocess.run([sys.executable, "-m", "negt2i.stages.demo_data", str(demo)], cwd=REPO,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    check(made.returncode == 0, made.stderr)
+    result = negt2i("evaluate", str(demo), "--backend", "synthetic", "--out", str(embedded), "--no-progress")
+    check(result.returncode == 0, result.stderr)
+    return demo, embedded
+
+
 def submit_and_compare(target: str, demo: Path, embedded: Path, out: Path, detector_model: str) -> int:
     """``negt2i submit`` of the demo folder; every line the embedded run's verdict, each naming
     ``detector_model`` as its detector and the in-network stage URLs as its services."""
@@ -330,13 +342,8 @@ def main(argv: list[str] | None = None) -> int:
             wait_health(target, "SERVING", 120)
             figures["stack_up_s"] = round(time.monotonic() - t_start - sum(figures["build_s"].values()), 1)
 
-        demo, embedded = tmp / "demo", tmp / "embedded.jsonl"
         with step("submit the demo folder from the host; parity with negt2i evaluate"):
-            made = subprocess.run([sys.executable, "-m", "negt2i.stages.demo_data", str(demo)], cwd=REPO,
-                                  capture_output=True, text=True, check=False)  # fmt: skip
-            check(made.returncode == 0, made.stderr)
-            result = negt2i("evaluate", str(demo), "--backend", "synthetic", "--out", str(embedded), "--no-progress")
-            check(result.returncode == 0, result.stderr)
+            demo, embedded = demo_and_embedded(tmp)
             n = submit_and_compare(target, demo, embedded, tmp / "submitted.jsonl", "synthetic-palette-v1")
             log(f"  {n}/{n} lines identical to negt2i evaluate")
 
