@@ -568,6 +568,9 @@ class StageInfo(_message.Message):
         """Optional contract features the service honours, e.g. "detect.classes" (DetectItem.classes
         and max_per_class). A caller sends a feature's fields only to a service that lists it:
         services of the contract before the feature reject unknown fields.
+        "image.exif_orientation": the service applies an image's EXIF orientation (tag 274) before
+        anything else, as negt2i.images.decode_image does; a service that does not list it is sent
+        images whose stored pixels are already upright (docs/stage-contract.md, "Compatibility").
         """
 
     @_builtins.property
