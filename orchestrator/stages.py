@@ -58,6 +58,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -90,6 +91,8 @@ HEALTH_CONNECTIONS: Final = 4
 """Connections of each stage's health client (``/readyz`` and ``/info``)."""
 RETRY_STATUS: Final = frozenset({502, 503, 504})
 BUSY_STATUS: Final = frozenset({429, 503})
+_DIGEST: Final = re.compile(r"[0-9A-Za-z._:-]{1,64}")
+"""What ``StageInfo.model_digest`` may be."""
 _JSON: Final = {"content-type": adapter.JSON_TYPE}
 _BINARY: Final = {"content-type": adapter.PROTOBUF_TYPE, "accept": adapter.PROTOBUF_TYPE}
 
@@ -331,6 +334,9 @@ class RemoteStages:
         run (``negt2i.stages.identity.check_model_info``: stage, model, stated rules, operating point)."""
         if info.contract != adapter.CONTRACT:
             return StageCheck(f"/info names contract {info.contract!r}, expected {adapter.CONTRACT!r}")
+        if info.model_digest and not _DIGEST.fullmatch(info.model_digest):
+            why = f"/info's model_digest {info.model_digest[:80]!r} is not 1 to 64 characters [0-9A-Za-z._:-]"
+            return StageCheck(why)
         model = adapter.model_info_from_proto(info.model)
         if self.config is None:  # no rules to hold the stage to (tests of the transport alone)
             if model.stage != stage:
@@ -367,7 +373,7 @@ class RemoteStages:
                 log.warning("%s at %s accepted with a warning: %s", stage, self.urls[stage], warning)
         self.warnings[stage] = check.warnings
         self.infos[stage] = info
-        self.digests[stage] = adapter.model_info_from_proto(info.model).digest()
+        self.digests[stage] = info.model_digest or adapter.model_info_from_proto(info.model).digest()
         return True
 
     async def served_by(self, stage: str, digest: str) -> common_pb2.StageService:

@@ -87,7 +87,7 @@ def main() -> None:
             try:
                 items = json.loads(body)["items"]
             except (ValueError, KeyError, TypeError):
-                self._send(400, {"error": "the body must be {\"items\": [...]}"})
+                self._send(400, {"error": 'the body must be {"items": [...]}'})
                 return
             out: list[dict[str, Any]] = []
             for item in items:
