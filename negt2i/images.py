@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from negt2i.stages.base import Image
+from negt2i.stage_types import Image
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage

@@ -72,7 +72,7 @@ from negt2i.config import RuleConfig, stage_rules
 from negt2i.failures import StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
-from negt2i.stages.base import ModelInfo
+from negt2i.stage_types import ModelInfo
 from negt2i.stages.common import filter_detections
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
