@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from negt2i.stages.identity import strict_from_env
-from negt2i.stages.registry import STAGES
+from negt2i.stage_types import STAGES
+from negt2i.stage_identity import strict_from_env
 
 DEFAULT_URLS: Final[dict[str, str]] = {
     "detector": "http://127.0.0.1:3001",
@@ -89,7 +89,7 @@ class Settings:
     """Serve gRPC reflection (opt-in: it lists the API to anyone who can connect)."""
     strict_stages: bool = False
     """Refuse a stage whose ``/info`` leaves its rule constants or operating point unstated (a stage of the
-    contract before them); off: accepted with a warning (``negt2i.stages.identity``, docs/stage-contract.md)."""
+    contract before them); off: accepted with a warning (``negt2i.stage_identity``, docs/stage-contract.md)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:

@@ -74,9 +74,9 @@ from negt2i.config import RuleConfig
 from negt2i.failures import StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
-from negt2i.stages.base import ModelInfo
+from negt2i.stage_types import ModelInfo
 from negt2i.stages.common import filter_detections
-from negt2i.stages.identity import StageCheck, check_model_info
+from negt2i.stage_identity import StageCheck, check_model_info
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, stages_pb2
@@ -156,7 +156,7 @@ class RemoteStages:
     ) -> None:
         """``config``: the rule config whose stage constants every stage's ``/info`` must report (None: not
         checked). ``strict``: refuse a stage that leaves its rules or operating point unstated (else it is
-        accepted with warnings, ``negt2i.stages.identity``). ``bodies``: ``auto`` (binary where a stage lists
+        accepted with warnings, ``negt2i.stage_identity``). ``bodies``: ``auto`` (binary where a stage lists
         it) or ``json`` (always JSON)."""
         if bodies not in ("auto", "json"):
             raise ValueError(f"bodies must be 'auto' or 'json', got {bodies!r}")
@@ -307,7 +307,17 @@ class RemoteStages:
     async def ready(self, stage: str, timeout_s: float = 2.0) -> bool:
         """Whether ``GET /readyz`` answers 200 and ``GET /info`` (re-read on every poll) is valid; on its own
         client (``health_clients``). A stage that answers 429 (busy: BentoML's request cap) keeps the status
-        of its previous poll. Records the stage as down when not (``down``) and checks its call pool."""
+        of its previous poll. Records the stage as down when not (``down``) and checks its call pool.
+
+        Any other error (a bug, an answer nothing here expects) also records the stage as down before it is
+        re-raised, so the stage's calls fail fast exactly as health says it is down (``watch_health`` logs it)."""
+        try:
+            return await self._poll(stage, timeout_s)
+        except Exception as exc:
+            self._mark(stage, f"its health poll failed ({type(exc).__name__}: {exc})")
+            raise
+
+    async def _poll(self, stage: str, timeout_s: float) -> bool:
         self.check_pool(stage)
         was_up = stage not in self.down and stage in self.infos
         why = ""
@@ -331,7 +341,7 @@ class RemoteStages:
 
     def check_info(self, stage: str, info: stages_pb2.StageInfo) -> StageCheck:
         """Whether ``info`` is acceptable for ``stage``: its contract, then the one model check both paths
-        run (``negt2i.stages.identity.check_model_info``: stage, model, stated rules, operating point)."""
+        run (``negt2i.stage_identity.check_model_info``: stage, model, stated rules, operating point)."""
         if info.contract != adapter.CONTRACT:
             return StageCheck(f"/info names contract {info.contract!r}, expected {adapter.CONTRACT!r}")
         if info.model_digest and not _DIGEST.fullmatch(info.model_digest):

@@ -1,4 +1,4 @@
-"""The one check of what a stage states about itself (``negt2i.stages.identity.check_model_info``): every
+"""The one check of what a stage states about itself (``negt2i.stage_identity.check_model_info``): every
 condition on both sides, strict and not."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from negt2i.config import CURRENT, load_config, stage_rules
 from negt2i.stages.base import ModelInfo, OperatingPoint
-from negt2i.stages.identity import check_model_info, strict_from_env
+from negt2i.stage_identity import check_model_info, strict_from_env
 
 FLOOR = {"detection.prediction_floor": 0.005}
 MASKS = stage_rules(CURRENT, "segmenter")

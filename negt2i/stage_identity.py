@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from negt2i.config import STAGE_RULES, RuleConfig, stage_rules
-from negt2i.stages.base import ModelInfo
+from negt2i.stage_types import ModelInfo
 
 STRICT_ENV: Final = "NEGT2I_STRICT_STAGES"
 """Environment variable that turns strict stage checking on (``1``, ``true``, ``yes``, ``on``)."""
