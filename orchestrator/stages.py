@@ -74,9 +74,9 @@ from negt2i.config import RuleConfig
 from negt2i.failures import StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
+from negt2i.stage_identity import StageCheck, check_model_info
 from negt2i.stage_types import ModelInfo
 from negt2i.stages.common import filter_detections
-from negt2i.stage_identity import StageCheck, check_model_info
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, stages_pb2

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from negt2i.config import CURRENT, load_config, stage_rules
-from negt2i.stages.base import ModelInfo, OperatingPoint
 from negt2i.stage_identity import check_model_info, strict_from_env
+from negt2i.stages.base import ModelInfo, OperatingPoint
 
 FLOOR = {"detection.prediction_floor": 0.005}
 MASKS = stage_rules(CURRENT, "segmenter")
