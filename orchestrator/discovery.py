@@ -168,10 +168,11 @@ async def watch_health(stages: Any, health: Health, interval_s: float, config: R
             await set_all(health, health_statuses(up, config))
             down = [s for s in STAGES if not up[s]]
             now = not down
-            said = health.details
             log.info("health: %s%s", "SERVING" if now else "NOT_SERVING",
-                     f" (waiting for {', '.join(f'{s}: {said[s]}' if s in said else s for s in down)})"
-                     if down else "")  # fmt: skip
+                     f" (waiting for {', '.join(down)})" if down else "")  # fmt: skip
+            for stage in down:  # why, as the health details say it
+                if stage in health.details:
+                    log.info("health: the %s is %s", stage, health.details[stage])
             last = up
         await asyncio.sleep(interval_s)
 
