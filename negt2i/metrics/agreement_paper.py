@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from negt2i.metrics.agreement import MODES, OURS
+from negt2i.metrics.agreement import MODES, OURS, SCORE_MODE
 from negt2i.metrics.records import setting_label
 from negt2i.metrics.report_html import CSS, html_table
 from negt2i.metrics.report_tables import Table, category_label, pct
@@ -28,13 +28,25 @@ H = "H. inter-annotator"
 
 def judges_of(a: dict[str, Any]) -> list[str]:
     """Judge names in the study, ordered by their best per-element Kendall tau (as Table 7), then name."""
-    names = {n.rsplit(" (", 1)[0] for n in a["image_level"] if n != OURS and n.endswith(")")}
+    names = {n.rsplit(" (", 1)[0] for n in a["image_level"] if n != OURS and n.endswith(")")} - set(scores_of(a))
 
     def best(j: str) -> float:
         taus = [a["image_level"][f"{j} ({m})"]["kendall_tau"] for m in MODES if f"{j} ({m})" in a["image_level"]]
         return -max((t for t in taus if not math.isnan(t)), default=float("-inf"))
 
     return sorted(names, key=lambda j: (best(j), j))
+
+
+def scores_of(a: dict[str, Any]) -> list[str]:
+    """Score-only evaluators (similarity and reward scores, mode ``score``), by best Kendall tau then name."""
+    suffix = f" ({SCORE_MODE})"
+    names = [n.removesuffix(suffix) for n in a["image_level"] if n.endswith(suffix)]
+
+    def tau(j: str) -> float:
+        t = a["image_level"][f"{j}{suffix}"]["kendall_tau"]
+        return float("inf") if math.isnan(t) else -t
+
+    return sorted(names, key=lambda j: (tau(j), j))
 
 
 def _ev(a: dict[str, Any], judge: str, mode: str) -> dict[str, Any] | None:
@@ -189,6 +201,13 @@ def table7(a: dict[str, Any]) -> Table:
                 rows.append(
                     [f"  {labels[m]}", *(_ci(e[k], iv[k]) for k in ("spearman_rho", "kendall_tau", "pair_accuracy"))]
                 )
+    scores = scores_of(a)
+    if scores:
+        rows.append(["Similarity and reward", "", "", ""])
+        for j in scores:
+            e = a["image_level"][f"{j} ({SCORE_MODE})"]
+            iv = e["interval"]
+            rows.append([j, *(_ci(e[k], iv[k]) for k in ("spearman_rho", "kendall_tau", "pair_accuracy"))])
     o = a["image_level"][OURS]
     rows.append(
         [f"{OURS} (ours)", *(_ci(o[k], o["interval"][k]) for k in ("spearman_rho", "kendall_tau", "pair_accuracy"))]
@@ -200,7 +219,8 @@ def table7(a: dict[str, Any]) -> Table:
         ["Evaluator", "ρ", "τ", "Pair acc."],
         rows,
         note="Spearman ρ, Kendall τ and pairwise ranking accuracy against the share of satisfied elements, with "
-        "bootstrap intervals over images; judges ordered by their best τ.",
+        "bootstrap intervals over images; judges ordered by their best τ. Similarity and reward scores have no "
+        "binary form, so rank agreement is their only comparison (Appendix B.3).",
     )
 
 
@@ -253,6 +273,10 @@ def _by(a: dict[str, Any], key: str, title: str, label: Any) -> Table:
             if name in a["image_level"]:
                 cells = [pct(a[key][g]["evaluators"][name]["kendall_tau"]) for g in groups]
                 rows.append([f"  {labels[m]}", *cells, pct(a["image_level"][name]["kendall_tau"])])
+    for j in scores_of(a):
+        name = f"{j} ({SCORE_MODE})"
+        rows.append([j, *(pct(a[key][g]["evaluators"][name]["kendall_tau"]) for g in groups),
+                     pct(a["image_level"][name]["kendall_tau"])])  # fmt: skip
     rows.append([f"{OURS} (ours)", *(pct(a[key][g]["evaluators"][OURS]["kendall_tau"]) for g in groups),
                  pct(a["image_level"][OURS]["kendall_tau"])])  # fmt: skip
     rows.append([H, *(pct(a[key][g]["inter_annotator"].get("kendall_tau")) for g in groups),

@@ -24,6 +24,9 @@ from negt2i.metrics.report_markdown import markdown_table
 from negt2i.metrics.report_tables import Table, category_label, pct
 
 
+RANK_KEYS: tuple[str, ...] = ("kendall_tau", "spearman_rho", "pair_accuracy")
+
+
 def _ci(v: float, ci: Sequence[float] | None) -> str:
     return pct(v) if ci is None else f"{pct(v)} [{pct(ci[0])}, {pct(ci[1])}]"
 
@@ -76,6 +79,9 @@ def agreement_tables(a: dict[str, Any]) -> list[Table]:
     rows = []
     for name, s in a["image_level"].items():
         iv = s["interval"]
+        if s["tp"] is None:  # a score-only evaluator: no binary columns (Appendix B.3)
+            rows.append([name, str(s["n"]), *(["-"] * 9)] + [_ci(s[k], iv[k]) for k in RANK_KEYS])
+            continue
         counts = [str(s[k]) for k in ("tp", "tn", "fp", "fn")]
         rows.append(
             [name, str(s["n"]), _ci(s["kappa"], iv["kappa"]), *(pct(s[k]) for k in ("accuracy", "precision", "recall"))]
