@@ -109,6 +109,10 @@ def _run(args: argparse.Namespace) -> int:
     except OutFileRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except weights.WeightsMissingError as exc:
+        print(f"error: {exc} To try the judge harness offline: add --random-init (a tiny random model of the same "
+              "architecture; answers are meaningless).", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
     except weights.WeightsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -216,8 +216,9 @@ class JudgeFile:
             old = self.done.get((t.image, t.element))
             if old and old != t.sha256:
                 raise JudgeRunError(
-                    f"{t.path}: the image changed since {self.path} answered it (sha256 {old[:12]} -> {t.sha256[:12]}); "
-                    "its old answers would mix with new ones: write to another --out"
+                    f"{t.path}: the image changed since {self.path} answered it "
+                    f"(sha256 {old[:12]} -> {t.sha256[:12]}); its old answers would mix with new ones: "
+                    "write to another --out"
                 )
 
     def append(self, records: Sequence[dict[str, Any]]) -> None:

@@ -15,7 +15,15 @@ QWEN_SPECIALS: Final = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
     "<|video_pad|>",
 )  # fmt: skip
-INTERNVL_SPECIALS: Final = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>", "<IMG_CONTEXT>", "<video>")
+INTERNVL_SPECIALS: Final = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<img>",
+    "</img>",
+    "<IMG_CONTEXT>",
+    "<video>",
+)
 ANSWER_WORDS: Final = ("Yes", "yes", "No", "no")
 
 _QWEN_TEMPLATE: Final = (
@@ -43,7 +51,7 @@ def byte_tokenizer(specials: tuple[str, ...], extra: dict[str, str] | None = Non
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(specials))
     tok.add_tokens(list(ANSWER_WORDS))
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok, pad_token="<|endoftext|>", eos_token="<|im_end|>", extra_special_tokens=extra or {}
     )
     fast.padding_side = "left"
@@ -67,7 +75,7 @@ def tiny_qwen2_5_vl(seed: int = 0) -> tuple[Any, Any]:
     tok = byte_tokenizer(QWEN_SPECIALS)
     ids = _ids(tok, QWEN_SPECIALS)
     image_processor = Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 16)
-    processor = Qwen2_5_VLProcessor(
+    processor = Qwen2_5_VLProcessor(  # type: ignore[no-untyped-call]
         image_processor=image_processor, tokenizer=tok, video_processor=Qwen2VLVideoProcessor(),
         chat_template=_QWEN_TEMPLATE,
     )  # fmt: skip
@@ -82,7 +90,7 @@ def tiny_qwen2_5_vl(seed: int = 0) -> tuple[Any, Any]:
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
     )  # fmt: skip
     torch.manual_seed(seed)
-    return Qwen2_5_VLForConditionalGeneration(config).eval(), processor
+    return Qwen2_5_VLForConditionalGeneration(config).eval(), processor  # type: ignore[no-untyped-call]
 
 
 def tiny_qwen3_vl(seed: int = 0) -> tuple[Any, Any]:
@@ -97,8 +105,10 @@ def tiny_qwen3_vl(seed: int = 0) -> tuple[Any, Any]:
 
     tok = byte_tokenizer(QWEN_SPECIALS)
     ids = _ids(tok, QWEN_SPECIALS)
-    image_processor = Qwen2VLImageProcessor(patch_size=16, merge_size=2, min_pixels=32 * 32 * 4, max_pixels=32 * 32 * 16)
-    processor = Qwen3VLProcessor(
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=16, merge_size=2, min_pixels=32 * 32 * 4, max_pixels=32 * 32 * 16
+    )
+    processor = Qwen3VLProcessor(  # type: ignore[no-untyped-call]
         image_processor=image_processor, tokenizer=tok, video_processor=Qwen3VLVideoProcessor(),
         chat_template=_QWEN_TEMPLATE,
     )  # fmt: skip
@@ -113,7 +123,7 @@ def tiny_qwen3_vl(seed: int = 0) -> tuple[Any, Any]:
         vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
     )  # fmt: skip
     torch.manual_seed(seed)
-    return Qwen3VLForConditionalGeneration(config).eval(), processor
+    return Qwen3VLForConditionalGeneration(config).eval(), processor  # type: ignore[no-untyped-call]
 
 
 def tiny_internvl(seed: int = 0) -> tuple[Any, Any]:
@@ -142,4 +152,4 @@ def tiny_internvl(seed: int = 0) -> tuple[Any, Any]:
         image_token_id=ids["<IMG_CONTEXT>"], image_seq_length=4, downsample_ratio=0.5,
     )  # fmt: skip
     torch.manual_seed(seed)
-    return InternVLForConditionalGeneration(config).eval(), processor
+    return InternVLForConditionalGeneration(config).eval(), processor  # type: ignore[no-untyped-call]

@@ -11,7 +11,6 @@ rounding; ``tests/judges`` checks it).
 
 from __future__ import annotations
 
-
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -96,8 +95,10 @@ def _factory(name: str, tiny: Callable[[], tuple[Any, Any]]) -> Callable[..., Tr
             from negt2i import weights
 
             verified = weights.verify(name, weights_dir)
-            processor = AutoProcessor.from_pretrained(verified.folder, local_files_only=True)
-            model = AutoModelForImageTextToText.from_pretrained(verified.folder, dtype=torch_dtype, local_files_only=True)
+            processor = AutoProcessor.from_pretrained(verified.folder, local_files_only=True)  # type: ignore[no-untyped-call]
+            model = AutoModelForImageTextToText.from_pretrained(
+                verified.folder, dtype=torch_dtype, local_files_only=True
+            )
             revision, sha = verified.revision, verified.sha256
         model = model.to(device=dev, dtype=torch_dtype)
         info = JudgeInfo(

@@ -219,7 +219,7 @@ def read_judges(path: str | Path) -> list[JudgeRow]:
             raise AgreementInputError(f"{where}: needs p_yes or answer")
         cost: dict[str, float | None] = {}
         for key in ("seconds", "gpu_gib"):
-            if key in rec:
+            if rec.get(key) is not None:  # null: not measured (gpu_gib off CUDA)
                 try:
                     cost[key] = float(rec[key])
                 except (TypeError, ValueError):
@@ -233,23 +233,38 @@ def read_judges(path: str | Path) -> list[JudgeRow]:
     return out
 
 
-def judge_costs(judges: Sequence[JudgeRow], questions_per_image: float) -> dict[str, dict[str, Any]]:
+def read_judge_runs(path: str | Path) -> list[dict[str, Any]]:
+    """The run headers of a judge file written by ``negt2i judges run`` (load time, model, revision, ...)."""
+    return [dict(rec) for _, rec in _rows(path) if rec.get("negt2i") == RUN_HEADER]
+
+
+def judge_costs(
+    judges: Sequence[JudgeRow], questions_per_image: float, runs: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, dict[str, Any]]:
     """Table 2 / Table 8 cost columns per judge, from the optional cost fields of its rows (Appendix B.4):
-    params (first given), GiB (peak over rows), s/Q (mean seconds over its per-element questions), s/img =
-    s/Q x ``questions_per_image`` (the mean number of element questions per image of the study)."""
+    params (first given), GiB (peak over rows), s/Q (mean seconds over its per-element questions; a score-only
+    evaluator's over its images), s/img = s/Q x ``questions_per_image`` (the mean number of element questions
+    per image of the study; a score-only evaluator's s/img is its s/Q: one call per image), and the model load
+    time (mean ``load_seconds`` of the judge's run headers ``runs``, Table 8's Load (s))."""
     out: dict[str, dict[str, Any]] = {}
     for judge in sorted({j.judge for j in judges}):
         rows = [j for j in judges if j.judge == judge]
+        score_only = all(j.mode == SCORE_MODE for j in rows)
         secs = [j.seconds for j in rows if j.seconds is not None and j.mode != "whole"]
         gib = [j.gpu_gib for j in rows if j.gpu_gib is not None]
         params = next((j.params for j in rows if j.params), None)
         s_q = float(np.mean(secs)) if secs else None
+        loads = [
+            float(r["load_seconds"]) for r in runs if r.get("judge") == judge and r.get("load_seconds") is not None
+        ]
         out[judge] = {
             "params": params,
             "gpu_gib": max(gib) if gib else None,
             "s_per_question": s_q,
-            "s_per_image": s_q * questions_per_image if s_q is not None else None,
+            "s_per_image": None if s_q is None else (s_q if score_only else s_q * questions_per_image),
         }
+        if loads:
+            out[judge]["load_seconds"] = float(np.mean(loads))
     return out
 
 

@@ -224,6 +224,31 @@ def table7(a: dict[str, Any]) -> Table:
     )
 
 
+def _num(v: Any, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, int | float) and not math.isnan(v) else DASH
+
+
+def table8(a: dict[str, Any]) -> Table:
+    """Cost of one evaluation (Appendix B.4), from the judge files' cost fields and run headers."""
+    costs = a.get("costs", {})
+    rows: list[list[str]] = []
+    for name in [*judges_of(a), *scores_of(a), OURS]:
+        c = costs.get(name) or {}
+        shown = f"{OURS} (ours)" if name == OURS else name
+        rows.append([shown, str(c.get("params") or DASH), _num(c.get("s_per_question"), ".3f"),
+                     _num(c.get("s_per_image"), ".2f"), _num(c.get("load_seconds"), ".1f"),
+                     _num(c.get("gpu_gib"), ".1f")])  # fmt: skip
+    return Table(
+        "Table 8: Cost of one evaluation",
+        ["Evaluator", "Params", "s/Q", "s/img", "Load (s)", "GPU GiB"],
+        rows,
+        note="Per judge: s/Q = mean wall time per element question (batch as run; the paper's protocol is batch 1), "
+        f"s/img = s/Q x {a.get('element_questions_per_image', float('nan')):.2f} element questions per image "
+        "(score-only evaluators: one call per image); model load excluded from both and listed apart; GPU GiB = "
+        "torch.cuda.max_memory_allocated (- on the CPU).",
+    )
+
+
 def table10(a: dict[str, Any]) -> Table:
     rows = []
     for j in judges_of(a):
@@ -321,6 +346,7 @@ def paper_tables(a: dict[str, Any]) -> list[tuple[str, Table]]:
         ("table5", table5(a)),
         ("table6", table6(a)),
         ("table7", table7(a)),
+        ("table8", table8(a)),
         ("table10", table10(a)),
         ("table11", _by(a, "by_setting", "Table 11: Kendall τ by polarity setting", setting_label)),
         ("table12", _by(a, "by_category", "Table 12: Kendall τ by semantic category", category_label)),

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from negt2i import __version__
-from negt2i.metrics.agreement import BLOCKS, OURS, analyze, build_study, judge_costs, read_judges, read_labels
+from negt2i.metrics.agreement import (
+    BLOCKS,
+    OURS,
+    analyze,
+    build_study,
+    judge_costs,
+    read_judge_runs,
+    read_judges,
+    read_labels,
+)
 from negt2i.metrics.benchmark import Provenance
 from negt2i.metrics.records import iter_rows, setting_label
 from negt2i.metrics.report import sha256_file as _sha256
@@ -22,7 +31,6 @@ from negt2i.metrics.report_csv import write_csv as _write_csv
 from negt2i.metrics.report_csv import write_json
 from negt2i.metrics.report_markdown import markdown_table
 from negt2i.metrics.report_tables import Table, category_label, pct
-
 
 RANK_KEYS: tuple[str, ...] = ("kendall_tau", "spearman_rho", "pair_accuracy")
 
@@ -60,7 +68,7 @@ def run_agreement(
     out["judge_scoring"] = {"absent_objects": absent_objects}
     qpi = len(study.element_name) / len(study.images)
     out["element_questions_per_image"] = qpi
-    out["costs"] = judge_costs(judge_rows, qpi)
+    out["costs"] = judge_costs(judge_rows, qpi, [r for path in judges for r in read_judge_runs(path)])
     if ours_cost:
         out["costs"][OURS] = dict(ours_cost)
     out["warnings"] = list(out["warnings"]) + provenance.warnings("results")
