@@ -53,7 +53,7 @@ from negt2i.metrics.totals import Totals
 from negt2i.pipeline import ImageResult, Perceived, Pipeline, Stages
 from negt2i.results import ResultsWriter, ResumeKey, error_record, ok_record, prompt_metadata
 from negt2i.spec import Prompt, SpecError, parse_prompt, read_prompts
-from negt2i.stages.base import Image
+from negt2i.stage_types import Image
 from negt2i.verdict import Verdict
 
 _HIDDEN = re.compile(r"^\.")
