@@ -144,3 +144,30 @@ def test_judging_a_labelling_task_answers_exactly_its_images_under_the_labels_ke
     assert main(["judges", "run", "--judge", "clipscore-vit-b-32", "--mode", "score", "--questions", str(other),
                  "--images", str(task), "--out", str(tmp_path / "x.jsonl"), "--random-init"]) == 1  # fmt: skip
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_the_detectors_own_cost_comes_from_the_cost_benchmark(loop: dict[str, object], tmp_path: Path) -> None:
+    """benchmarks/bench_cost.py (batch 1, load apart) writes the file `--ours-cost` reads into Tables 2 and 8."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    cost = tmp_path / "cost.json"
+    subprocess.run([sys.executable, "benchmarks/bench_cost.py", "--backend", "synthetic", "--images",
+                    str(Path(loop["root"]) / "images"), "--limit", "2", "--out", str(cost)],  # type: ignore[arg-type]
+                   cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, check=True, capture_output=True,
+                   timeout=300)  # fmt: skip
+    figures = json.loads(cost.read_text())
+    assert figures["images"] == 2 and figures["s_per_image"] > 0 and figures["load_seconds"] > 0
+    out = tmp_path / "agreement"
+    args = ["agreement", "--labels", str(loop["labels"]), "--results", str(loop["results"]), "--judges",
+            str(loop["judges"]), "--bootstrap", "10", "--out", str(out), "--ours-cost", str(cost)]  # fmt: skip
+    assert main(args) == 0
+    with (out / "table8.csv").open() as fh:
+        ours = next(r for r in csv.reader(fh) if r[0] == "NegT2IBench (ours)")
+    assert ours[3] == f"{figures['s_per_image']:.2f}" and ours[4] == f"{figures['load_seconds']:.1f}"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"seconds": 1}')
+    with pytest.raises(SystemExit):
+        main([*args[:-1], str(bad)])
