@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from negt2i import images, rle
-from negt2i.failures import Failure, FailureKind
+from negt2i.failures import Code, Failure, FailureKind
 from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
 from negt2i.perception import (
     AttributeScores,
@@ -258,30 +258,12 @@ def model_info_from_proto(msg: common_pb2.ModelInfo) -> ModelInfo:
     if msg.HasField("operating_point"):
         p = msg.operating_point
         op = OperatingPoint(prediction_floor=p.prediction_floor, suppression=p.suppression, input_size=p.input_size)
-    return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=dict(msg.rules))
+    return ModelInfo(
+        **{name: getattr(msg, name) for name in _MODEL_SCALARS},
+        operating_point=op,
+        rules=dict(sorted(msg.rules.items())),
+    )  # a map has no order on the wire: sorted, so lines are stable
 
-
-_CODE_NAMES: Final[dict[int, str]] = {
-    0: "OK",
-    1: "CANCELLED",
-    2: "UNKNOWN",
-    3: "INVALID_ARGUMENT",
-    4: "DEADLINE_EXCEEDED",
-    5: "NOT_FOUND",
-    6: "ALREADY_EXISTS",
-    7: "PERMISSION_DENIED",
-    8: "RESOURCE_EXHAUSTED",
-    9: "FAILED_PRECONDITION",
-    10: "ABORTED",
-    11: "OUT_OF_RANGE",
-    12: "UNIMPLEMENTED",
-    13: "INTERNAL",
-    14: "UNAVAILABLE",
-    15: "DATA_LOSS",
-    16: "UNAUTHENTICATED",
-}
-"""google.rpc.Code numbers -> names (the ``code`` of ``ItemError``)."""
-_CODE_NUMBERS: Final[dict[str, int]] = {v: k for k, v in _CODE_NAMES.items()}
 
 _KIND_TO: Final[dict[FailureKind, int]] = {
     FailureKind.UNREADABLE_IMAGE: evaluator_pb2.FAILURE_KIND_UNREADABLE_IMAGE,
@@ -297,7 +279,7 @@ def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
     ``status`` the same error in the rich error model: ``negt2i.wire.errors``)."""
     message = errors.plain(failure.details())
     return evaluator_pb2.ItemError(
-        code=_CODE_NUMBERS.get(failure.code, 13),
+        code=failure.code.number,
         message=message,
         field=failure.field,
         stage=failure.stage,
@@ -313,10 +295,10 @@ def failure_from_proto(msg: evaluator_pb2.ItemError) -> Failure:
     if kind is None:
         kind = FailureKind.STAGE_ERROR
         if msg.field.startswith("prompt"):
-            kind = FailureKind.INVALID_METADATA if msg.code != 5 else FailureKind.MISSING_METADATA
+            kind = FailureKind.INVALID_METADATA if msg.code != Code.NOT_FOUND.number else FailureKind.MISSING_METADATA
         elif msg.field.startswith("image"):
             kind = FailureKind.UNREADABLE_IMAGE
-    code = _CODE_NAMES.get(int(msg.code), str(msg.code))
+    code = Code.of(int(msg.code))
     text = f"{code}: {msg.message}"
     reason = errors.failure_from_status(msg.status).reason if msg.HasField("status") else ""
     return Failure(kind, msg.message, stage=msg.stage, rule=msg.rule, field=msg.field, code=code, text=text,
