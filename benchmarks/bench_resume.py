@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 from negt2i.config import CURRENT
-from negt2i.evaluate import discover, evaluate, plan_run, resume_keys
+from negt2i.evaluate import evaluate, plan_run
 from negt2i.pipeline import Stages
 from negt2i.results import ResultsWriter
+from negt2i.run.jobs import discover, resume_keys
 from negt2i.stages.demo_data import write_demo
 
 SYNTH = dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")

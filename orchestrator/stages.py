@@ -489,7 +489,9 @@ class RemoteStages:
             if ctype == adapter.PROTOBUF_TYPE:
                 results = list(adapter.from_binary(r.content, spec.response, field=stage).results)  # type: ignore[attr-defined]
                 if len(results) != 1:
-                    raise StageError(stage, f"the stage answered {len(results)} results for one item", code=Code.INTERNAL)
+                    raise StageError(
+                        stage, f"the stage answered {len(results)} results for one item", code=Code.INTERNAL
+                    )
                 result: Message = results[0]
                 adapter.check_known_fields(result, field=stage)
                 return result
@@ -500,7 +502,9 @@ class RemoteStages:
                     stage, "the stage answered 200 with a body that is not JSON", code=Code.INTERNAL
                 ) from None
             if not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], dict):
-                raise StageError(stage, "the stage must answer a JSON array with one result per item", code=Code.INTERNAL)
+                raise StageError(
+                    stage, "the stage must answer a JSON array with one result per item", code=Code.INTERNAL
+                )
             return adapter.from_json(data[0], spec.result, field=stage)
         except adapter.WireError as exc:
             raise StageError(stage, f"contract violation: {exc}", rule="result-schema") from None

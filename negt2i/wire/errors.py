@@ -38,7 +38,6 @@ DETAILS_KEY: Final = "grpc-status-details-bin"
 """The trailer that carries the serialized ``google.rpc.Status`` of a failed call."""
 
 
-
 class Reason(StrEnum):
     """``ErrorInfo.reason``: why a call or item failed, stable and machine-readable (UPPER_SNAKE_CASE)."""
 
