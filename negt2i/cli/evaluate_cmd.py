@@ -97,9 +97,9 @@ def _run(args: argparse.Namespace) -> int:
     from negt2i import weights
     from negt2i.config import load_config
     from negt2i.evaluate import evaluate
-    from negt2i.run.jobs import EvaluateError, discover, select_shard
     from negt2i.pipeline import Stages
     from negt2i.results import ResultsFileError
+    from negt2i.run.jobs import EvaluateError, discover, select_shard
     from negt2i.spec import SpecError
     from negt2i.stages._torch import parse_dtypes
 
