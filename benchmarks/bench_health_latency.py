@@ -5,8 +5,9 @@
 
 The worst case for an image's header: a valid 8 x 8 JPEG padded to ``--image-bytes`` (default: just under
 the orchestrator's default ``NEGT2I_MAX_IMAGE_BYTES``, 24 MiB) with empty APP1 segments (4 bytes each:
-millions of marker segments before the frame header). Reading its size walks every segment; Pillow's JPEG
-parser does it in Python at about 1.5 s per MiB. ``--streams`` clients each stream ``--items`` such images
+millions of marker segments before the frame header). Pillow's JPEG parser walks every segment in Python
+at about 1.5 s per MiB; ``negt2i.images`` stops after ``MAX_JPEG_SEGMENTS`` and the decoder refuses the file.
+``--streams`` clients each stream ``--items`` such images
 while the main thread checks health every 50 ms; printed: the time to read the header (our
 ``negt2i.images.header_size`` and Pillow's), and health latency (median, p90, max, checks). The goal: every
 health check under 1 s (the readiness probe's timeout is 5 s).

@@ -33,7 +33,7 @@ from typing import Any, Final
 import numpy as np
 
 from negt2i.config import CURRENT, STAGE_RULES, RuleConfig
-from negt2i.stages.registry import STAGES
+from negt2i.stage_types import STAGES
 
 SEVERITY: Final = ("required", "recommended")
 

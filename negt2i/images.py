@@ -15,7 +15,10 @@ same way whichever path it takes. Rules, in order:
    4096 x 4096); the check happens before any pixel data is decoded, so a
    small file that declares 40000 x 40000 pixels (a decompression bomb) costs
    a header read, whatever Pillow's global ``MAX_IMAGE_PIXELS`` (some model
-   libraries switch Pillow's own check off).
+   libraries switch Pillow's own check off). A JPEG with more than
+   ``MAX_JPEG_SEGMENTS`` marker segments before its image data is refused in
+   the same walk (a valid file padded with millions of empty segments would
+   otherwise cost seconds per MiB in Pillow's parser).
 3. **EXIF orientation** (tag 274) is applied, as GenEval does
    (``ImageOps.exif_transpose``): a JPEG that a viewer shows upright is judged
    upright. Boxes, masks and disparity maps are in the coordinates of the
@@ -43,7 +46,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from negt2i.stages.base import Image
+from negt2i.stage_types import Image
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
@@ -53,6 +56,11 @@ ACCEPTED_FORMATS: Final[tuple[str, ...]] = ("PNG", "JPEG", "WEBP")
 
 DEFAULT_MAX_PIXELS: Final = 4096 * 4096
 """Largest image (width x height, from the header) accepted by default."""
+
+MAX_JPEG_SEGMENTS: Final = 1024
+"""Most marker segments (fill bytes included) a JPEG may have before its first scan. Real files have a few
+dozen (an ICC profile split in its maximum 255 APP2 chunks stays far below); a valid JPEG padded with millions
+of empty segments would otherwise cost seconds per MiB to walk, here and in Pillow's parser."""
 
 _ACCEPTED_TEXT: Final = "PNG, JPEG or WebP"
 
@@ -71,7 +79,7 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
 
     if not data:
         raise ImageError("empty file")
-    declared = header_size(data)
+    declared = _jpeg_frame(data) if data[:2] == b"\xff\xd8" else header_size(data)
     if declared is not None:
         _check_pixels(*declared, max_pixels)
     try:
@@ -154,8 +162,8 @@ def header_size(data: bytes) -> tuple[int, int] | None:
     whatever Pillow's global ``MAX_IMAGE_PIXELS`` is); ``None`` when the header cannot be read this way.
 
     PNG: the IHDR chunk (bytes 16-23). WebP: the VP8X canvas, or the VP8L / VP8 frame header. JPEG: the
-    first start-of-frame marker (SOF0-SOF15 except DHT C4, JPG C8, DAC CC), found by walking the marker
-    segments.
+    first start-of-frame marker, found by walking the marker segments (``_jpeg_frame``; ``None`` for a JPEG
+    with more than ``MAX_JPEG_SEGMENTS`` segments before its scan, which ``decode_image`` refuses).
     """
     if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
         return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
@@ -170,24 +178,44 @@ def header_size(data: bytes) -> tuple[int, int] | None:
             return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
         return None
     if data[:2] == b"\xff\xd8":
-        i = 2
-        while i + 4 <= len(data):
-            if data[i] != 0xFF:
-                return None
-            marker = data[i + 1]
-            if marker == 0xFF:  # fill byte
-                i += 1
-                continue
-            if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
-                i += 2
-                continue
-            length = int.from_bytes(data[i + 2 : i + 4], "big")
-            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-                if i + 9 > len(data):
-                    return None
-                return int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big")
-            i += 2 + length
+        try:
+            return _jpeg_frame(data)
+        except ImageError:
+            return None  # too many segments: the decoder refuses it, saying so
     return None
+
+
+def _jpeg_frame(data: bytes) -> tuple[int, int] | None:
+    """(width, height) of a JPEG's first start-of-frame marker (SOF0-SOF15 except DHT C4, JPG C8, DAC CC),
+    found by walking the marker segments from SOI to the first scan (SOS, ``FF DA``); ``None`` when no frame
+    header comes before the scan, the end, or a byte that is not a marker.
+
+    Raises ``ImageError`` when more than ``MAX_JPEG_SEGMENTS`` markers (fill bytes count) come before the scan:
+    the walk, and Pillow's, would otherwise take seconds per MiB of empty segments."""
+    size: tuple[int, int] | None = None
+    i, steps = 2, 0
+    while i + 4 <= len(data):
+        steps += 1
+        if steps > MAX_JPEG_SEGMENTS:
+            raise ImageError(f"JPEG has more than {MAX_JPEG_SEGMENTS} marker segments before its image data")
+        if data[i] != 0xFF:
+            break
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            i += 2
+            continue
+        if marker == 0xDA:  # start of scan: entropy-coded data follows
+            break
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if size is None and 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if i + 9 > len(data):
+                break
+            size = int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big")
+        i += 2 + length
+    return size
 
 
 def load_image(path: str | Path, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:

@@ -40,13 +40,13 @@ from negt2i.config import CURRENT, RuleConfig
 from negt2i.failures import Failure, StageError
 from negt2i.perception import Detections, ImagePerception
 from negt2i.spec import Prompt
+from negt2i.stage_types import STAGES, Image
 from negt2i.stages.base import (
     AttributeScorer,
     BatchAttributeScorer,
     BatchSegmenter,
     DepthEstimator,
     Detector,
-    Image,
     RefineItem,
     ScoreItem,
     Segmenter,
@@ -54,7 +54,7 @@ from negt2i.stages.base import (
     score_batch,
 )
 from negt2i.stages.common import detect_requested
-from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
+from negt2i.stages.registry import DEFAULT_BACKENDS, create
 from negt2i.verdict import Verdict
 
 T = TypeVar("T")

@@ -33,7 +33,7 @@ from grpc_health.v1._async import HealthServicer
 
 from negt2i.config import RuleConfig
 from negt2i.plan import category_stages
-from negt2i.stages.registry import STAGES
+from negt2i.stage_types import STAGES
 from negt2i.vocab import Category
 from negt2i.wire.v1 import evaluator_pb2
 

@@ -42,8 +42,7 @@ from negt2i import __version__, flow
 from negt2i.config import RuleConfig, load_config
 from negt2i.failures import Code, Failure, FailureKind
 from negt2i.spec import Prompt, SpecError, read_prompts
-from negt2i.stages.base import Image
-from negt2i.stages.registry import STAGES
+from negt2i.stage_types import STAGES, Image
 from negt2i.wire import adapter, errors
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, evaluator_pb2_grpc
 from orchestrator import discovery, guard

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from negt2i.stages.registry import STAGES
+from negt2i.stage_types import STAGES
 
 DEFAULT_URLS: Final[dict[str, str]] = {
     "detector": "http://127.0.0.1:3001",

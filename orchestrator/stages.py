@@ -72,7 +72,7 @@ from negt2i.config import RuleConfig, stage_rules
 from negt2i.failures import Code, StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
-from negt2i.stages.base import ModelInfo
+from negt2i.stage_types import ModelInfo
 from negt2i.stages.common import filter_detections
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
@@ -296,7 +296,17 @@ class RemoteStages:
     async def ready(self, stage: str, timeout_s: float = 2.0) -> bool:
         """Whether ``GET /readyz`` answers 200 and ``GET /info`` (re-read on every poll) is valid; on its own
         client (``health_clients``). A stage that answers 429 (busy: BentoML's request cap) keeps the status
-        of its previous poll. Records the stage as down when not (``down``) and checks its call pool."""
+        of its previous poll. Records the stage as down when not (``down``) and checks its call pool.
+
+        Any other error (a bug, an answer nothing here expects) also records the stage as down before it is
+        re-raised, so the stage's calls fail fast exactly as health says it is down (``watch_health`` logs it)."""
+        try:
+            return await self._poll(stage, timeout_s)
+        except Exception as exc:
+            self._mark(stage, f"its health poll failed ({type(exc).__name__}: {exc})")
+            raise
+
+    async def _poll(self, stage: str, timeout_s: float) -> bool:
         self.check_pool(stage)
         was_up = stage not in self.down and stage in self.infos
         why = ""

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from negt2i.stages.registry import STAGES
+from negt2i.stage_types import STAGES
 
 
 def register(sub: Any) -> None:

@@ -8,7 +8,8 @@ import sys
 from typing import Any
 
 from negt2i.cli.common import EXIT_INPUT, add_results_args, parse_device, perception_path
-from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES
+from negt2i.stage_types import STAGES
+from negt2i.stages.registry import DEFAULT_BACKENDS
 
 
 def _env_backend(stage: str) -> str | None:

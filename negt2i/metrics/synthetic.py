@@ -22,7 +22,7 @@ from negt2i.config import CURRENT, RuleConfig
 from negt2i.metrics.records import CATEGORY_ORDER, SETTING_ORDER
 from negt2i.results import error_record, ok_record
 from negt2i.spec import SETTING_RE, AttributeStatement, ObjectSpec, Polarity, Prompt, RelationStatement
-from negt2i.stages.base import ModelInfo
+from negt2i.stage_types import ModelInfo
 from negt2i.verdict import FailureCause, ObjectVerdict, StatementVerdict, Verdict, row_failure
 from negt2i.vocab import BENCHMARK_CLASSES, PREDICATES, VALUES, Category
 

@@ -36,7 +36,7 @@ from negt2i.images import ImageError, decode_image
 from negt2i.jsonl import JsonError, iter_json_lines, parse_json
 from negt2i.results import ResumeKey, prompt_metadata
 from negt2i.spec import Prompt, SpecError, parse_prompt, read_prompts
-from negt2i.stages.base import Image
+from negt2i.stage_types import Image
 
 _HIDDEN = re.compile(r"^\.")
 

@@ -60,7 +60,7 @@ def needed_stages(jobs: Sequence[Job], config: RuleConfig) -> set[str]:
     """The stages a run of ``jobs`` may call (``negt2i.plan.category_stages``; every stage when a job names a
     corpus prompt by id)."""
     from negt2i.plan import category_stages
-    from negt2i.stages.registry import STAGES
+    from negt2i.stage_types import STAGES
 
     out: set[str] = set()
     for job in jobs:

@@ -10,6 +10,9 @@ in one forward pass) also implements ``refine_batch`` / ``score_batch``
 (``BatchSegmenter``, ``BatchAttributeScorer``). Callers go through ``refine_batch`` and
 ``score_batch`` below, which fall back to one call per image for backends without them,
 so a backend implementing only the per-image method keeps working.
+
+``Image``, ``ModelInfo``, ``OperatingPoint`` and ``applied`` live in the core (``negt2i.stage_types``)
+and are re-exported here for backends that import them from this module.
 """
 
 from __future__ import annotations
@@ -19,73 +22,31 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
-from pydantic import BaseModel, ConfigDict
 
-from negt2i.config import RuleConfig, stage_rules
 from negt2i.perception import Detections
+from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
 
-Image = NDArray[np.uint8]
+__all__ = [  # the core's stage types are re-exported: plug-in backends import them from here
+    "AttributeScorer",
+    "BatchAttributeScorer",
+    "BatchSegmenter",
+    "DepthEstimator",
+    "Detector",
+    "Image",
+    "ModelInfo",
+    "OperatingPoint",
+    "RefineItem",
+    "ScoreItem",
+    "Segmenter",
+    "applied",
+    "refine_batch",
+    "score_batch",
+]
 
 RefineItem: TypeAlias = tuple[Image, NDArray[np.float32], NDArray[np.bool_]]
 """One image's segmenter request: ``(image, boxes (K, 4) xyxy, reference masks (K, H, W))``."""
 ScoreItem: TypeAlias = tuple[Image, NDArray[np.bool_], Sequence[str], Sequence[str]]
 """One image's attribute request: ``(image, masks (K, H, W), K class names, answers)``."""
-
-
-class OperatingPoint(BaseModel):
-    """What a detector's scores mean (``docs/stage-contract.md``, "Operating point").
-
-    The presence / counting thresholds of the rule config (0.03 / 0.5) are RF-DETR's
-    operating point at floor 0.005 without suppression; a detector with another
-    operating point needs its own thresholds in the rules file.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    prediction_floor: float
-    """Detections scoring below this are never returned."""
-    suppression: str = "none"
-    """The detector's own overlap suppression: ``none`` (RF-DETR) or e.g. ``nms:0.5`` (Mask R-CNN)."""
-    input_size: int = 0
-    """The side in pixels the model resizes images to (0: native resolution)."""
-
-
-class ModelInfo(BaseModel):
-    """What produced a stage's output; recorded in every results line."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
-
-    stage: str
-    """``detector``, ``segmenter``, ``attributes`` or ``depth``."""
-    backend: str
-    """Registry name of the backend, e.g. ``rfdetr-seg-xl``."""
-    model: str
-    """Model identifier, e.g. ``RFDETRSegXLarge`` or ``facebook/sam2.1-hiera-small``."""
-    revision: str = ""
-    """Weights revision or file name."""
-    sha256: str = ""
-    """Hash of the weights actually loaded (empty for random test weights)."""
-    library: str = ""
-    """Backend library and version, e.g. ``rfdetr 1.11.2``."""
-    device: str = "cpu"
-    dtype: str = "float32"
-    operating_point: OperatingPoint | None = None
-    """The detector's operating point (None for the other stages)."""
-    rules: dict[str, float] = {}
-    """Rule constants the stage applies itself, by config path (``negt2i.config.stage_rules``)."""
-
-    def digest(self) -> str:
-        """A short, stable hash of everything above: a replaced model gives another digest."""
-        import hashlib
-        import json
-
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def applied(info: ModelInfo, config: RuleConfig, operating_point: OperatingPoint | None = None) -> ModelInfo:
-    """``info`` stating the rule constants of ``config`` the stage applies (and a detector's operating point)."""
-    return info.model_copy(update={"rules": stage_rules(config, info.stage), "operating_point": operating_point})
 
 
 @runtime_checkable

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
-from negt2i.stages.base import Image, ModelInfo, OperatingPoint, applied
+from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
 from negt2i.stages.common import ClassLists, check_image, chunks, select_detections, select_requested
 from negt2i.stages.registry import register
 from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING

@@ -22,11 +22,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
+from negt2i.stage_types import STAGES
+
+__all__ = [  # STAGES is the core's (negt2i.stage_types), re-exported: plug-ins import it from here
+    "BACKEND_MODULES_ENV",
+    "BUILTIN_MODULES",
+    "DEFAULT_BACKENDS",
+    "STAGES",
+    "Backend",
+    "available",
+    "backend",
+    "backends",
+    "check_device",
+    "create",
+    "import_backend_modules",
+    "register",
+]
+
 if TYPE_CHECKING:
     from negt2i.config import RuleConfig
     from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Segmenter
-
-STAGES: Final[tuple[str, ...]] = ("detector", "segmenter", "attributes", "depth")
 
 BUILTIN_MODULES: list[str] = [
     "negt2i.stages.synthetic",

@@ -41,7 +41,8 @@ from scipy import ndimage
 from negt2i import __version__
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections, mask_to_xyxy
-from negt2i.stages.base import Image, ModelInfo, OperatingPoint, RefineItem, ScoreItem, applied
+from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
+from negt2i.stages.base import RefineItem, ScoreItem
 from negt2i.stages.common import (
     ClassLists,
     check_boxes,

@@ -47,7 +47,7 @@ from negt2i.spec import (
     SpecError,
     parse_prompt,
 )
-from negt2i.stages.base import Image, ModelInfo, OperatingPoint
+from negt2i.stage_types import Image, ModelInfo, OperatingPoint
 from negt2i.verdict import FailureCause, RowFailure, Verdict
 from negt2i.vocab import (
     ANSWERS,

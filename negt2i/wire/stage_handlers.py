@@ -30,10 +30,10 @@ from typing import Any, Final
 import numpy as np
 from google.protobuf.message import Message
 
+from negt2i.stage_types import STAGES, Image, ModelInfo
 from negt2i.stages._torch import parse_dtypes
-from negt2i.stages.base import Image, ModelInfo
 from negt2i.stages.common import detect_requested
-from negt2i.stages.registry import DEFAULT_BACKENDS, STAGES, create
+from negt2i.stages.registry import DEFAULT_BACKENDS, create
 from negt2i.vocab import COCO_CLASSES
 from negt2i.wire import adapter
 from negt2i.wire.limits import ItemLimits

@@ -138,3 +138,31 @@ def test_an_exif_block_that_cannot_be_parsed_leaves_the_image_as_stored():
     data = encoded(PIXELS, "PNG", exif=broken)
     img = decode_image(data)
     assert img.shape == (12, 20, 3) and (img == PIXELS).all()
+
+
+def _padded_jpeg(segments: int, *, after_frame: bool = False, fill: bool = False) -> bytes:
+    """A valid JPEG with ``segments`` empty APP1 segments (or fill bytes) inserted right after SOI, or right
+    after its frame header (between SOF and the scan, where Pillow's header parser still walks)."""
+    data = encoded(PIXELS, "JPEG", quality=90)
+    pad = b"\xff" * segments if fill else b"\xff\xe1\x00\x02" * segments
+    if not after_frame:
+        return data[:2] + pad + data[2:]
+    sof = data.index(b"\xff\xc0")
+    end = sof + 2 + int.from_bytes(data[sof + 2 : sof + 4], "big")
+    return data[:end] + pad + data[end:]
+
+
+@pytest.mark.parametrize("where", [{}, {"after_frame": True}, {"fill": True}])
+def test_a_jpeg_padded_with_empty_segments_is_refused_at_the_limit(where: dict):
+    from negt2i.images import MAX_JPEG_SEGMENTS
+
+    few = MAX_JPEG_SEGMENTS - 40  # the file's own ~10 segments before its scan stay under the limit
+    assert decode_image(_padded_jpeg(few, **where)).shape == (12, 20, 3)  # below: a normal image
+    assert header_size(_padded_jpeg(few, **where)) == (20, 12)
+    with pytest.raises(ImageError, match=f"more than {MAX_JPEG_SEGMENTS} marker segments before its image data"):
+        decode_image(_padded_jpeg(MAX_JPEG_SEGMENTS + 1, **where))
+    # millions of them (a 24 MiB file): refused by the same walk after MAX_JPEG_SEGMENTS steps, whatever the size
+    huge = _padded_jpeg(6 * 1024 * 1024, **where)
+    with pytest.raises(ImageError, match="marker segments"):
+        decode_image(huge)
+    assert header_size(huge) is None  # admission: no size, only the bytes are charged

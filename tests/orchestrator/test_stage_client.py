@@ -400,3 +400,33 @@ def _rules(stage: str) -> dict:
     from negt2i.config import CURRENT, stage_rules
 
     return stage_rules(CURRENT, stage)
+
+
+def test_a_health_poll_that_raises_marks_the_stage_down_so_its_calls_fail_fast():
+    """The health poller counts a stage whose poll raises as down; the calls must agree with it: the stage
+    is recorded as down (nothing is sent to it, the item fails fast UNAVAILABLE naming why) until a poll
+    finds it up again."""
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        return httpx.Response(200, json=[RESULT])
+
+    stages = _stages(handler)
+
+    async def unexpected(stage: str, timeout_s: float = 2.0) -> bool | None:
+        raise KeyError("an error the poll did not expect")
+
+    stages.read_info = unexpected  # type: ignore[method-assign]
+
+    async def poll() -> None:
+        with pytest.raises(KeyError):
+            await stages.ready("detector")
+
+    asyncio.run(poll())
+    assert "KeyError" in stages.down["detector"]
+    sent.clear()
+    with pytest.raises(StageError) as err:
+        _detect(stages)
+    assert err.value.code == "UNAVAILABLE" and "health poll failed" in str(err.value)
+    assert not [p for p in sent if not p.endswith(("readyz", "info"))]  # nothing was sent to the stage

@@ -133,16 +133,25 @@ def test_health_answers_within_100ms_while_saturated(rel_orchestrator: Proc) -> 
     assert p90 < 0.1 and latencies[-1] < 1.0, f"median {statistics.median(latencies):.3f} s, p90 {p90:.3f} s"
 
 
-def test_health_stays_fast_while_clients_stream_worst_case_headers(rel_orchestrator: Proc) -> None:
-    """Valid JPEGs of 1 MB (the image limit here) made of 260,000 empty APP segments: reading their size walks
-    every segment (Pillow: about 1.5 s each). A stream of 2 such images; every health check meanwhile answers
-    within 1 s, because the orchestrator's event loop never parses image data (admission reads the header on a
-    worker thread; benchmarks/bench_health_latency.py measures it at the default 24 MiB limit)."""
+def test_worst_case_headers_are_refused_at_once_and_health_stays_fast(rel_orchestrator: Proc) -> None:
+    """Valid JPEGs of 1 MB (the image limit here) made of 260,000 empty APP segments: walking them all would take
+    Pillow about 1.5 s each; the decoder stops at ``MAX_JPEG_SEGMENTS`` and refuses each one (INVALID_ARGUMENT,
+    naming why). Every health check meanwhile answers within 1 s: the orchestrator's event loop never parses
+    image data (admission reads the header on a worker thread; benchmarks/bench_health_latency.py measures it at
+    the default 24 MiB limit)."""
     from benchmarks.bench_health_latency import health_under_load, worst_case_jpeg
 
     image = worst_case_jpeg(1_000_000)
-    latencies = health_under_load(rel_orchestrator.target, image, streams=1, items=2, timeout=120)
-    assert len(latencies) >= 5, "the load ended before health was measured"
+    reqs = [make_request(image, prompt=parse_prompt(PROMPT), request_id=str(i)) for i in range(3)]
+    with EvaluatorClient(rel_orchestrator.target, max_message_bytes=len(image) + (1 << 20)) as client:
+        answers = list(client.stream(reqs, timeout=60))
+    assert len(answers) == 3
+    for answer in answers:
+        assert answer.WhichOneof("outcome") == "error", answer
+        assert answer.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "marker segments before its image data" in answer.error.message
+    latencies = health_under_load(rel_orchestrator.target, image, streams=2, items=16, timeout=120)
+    assert latencies, "the load ended before health was measured"
     assert max(latencies) < 1.0, f"health latencies {sorted(latencies)[-5:]}"
 
 
