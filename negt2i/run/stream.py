@@ -219,9 +219,9 @@ class StreamSubmitter(Generic[T]):
                 return
             self._stopped = reason
             self._generation += 1
-            waiting = set(self._outstanding) | {i for _, i in self._retry} | set(self._ready)
-            for i in waiting:
-                self._done[i] = Answer(i, self._items[i], left=reason)
+            for i, item in self._items.items():  # taken and not yet yielded: sent, waiting, or being prepared
+                if i not in self._done:
+                    self._done[i] = Answer(i, item, left=reason)
             self._outstanding.clear()
             self._retry.clear()
             self._ready.clear()
@@ -259,9 +259,7 @@ class StreamSubmitter(Generic[T]):
                     continue
                 prepared.request_id = str(index)
                 with self._cond:
-                    if self._stopped:
-                        self._done[index] = Answer(index, item, left=self._stopped)
-                    else:
+                    if not self._stopped:  # else it was left by the stop
                         self._requests[index] = prepared
                         self._ready.append(index)
                     self._cond.notify_all()
@@ -278,6 +276,8 @@ class StreamSubmitter(Generic[T]):
 
     def _answer(self, answer: Answer[T]) -> None:
         with self._cond:
+            if answer.index in self._done or answer.index < self._next:  # left already by a stop
+                return
             self._done[answer.index] = answer
             self._cond.notify_all()
         self._events.put((_WAKE, -1, None))
