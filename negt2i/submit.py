@@ -76,6 +76,13 @@ def submit(
         # only the stages these jobs' categories need must be known (a colour-only folder runs with the
         # segmenter down); the results lines record the models of the stages the orchestrator has reached
         need = needed_stages(selected, served(info).config)
+        refused = {s.stage: s.refused for s in info.stages if s.refused and s.stage in need}
+        if refused and ("detector" in refused or len(refused) == len(need)):  # nothing could be judged
+            raise ClientError(Code.UNAVAILABLE, "the orchestrator refuses " + "; ".join(
+                f"the {stage}: {why}" for stage, why in refused.items()))  # fmt: skip
+        for s in info.stages:  # a stage accepted on assumptions (e.g. of the contract before ModelInfo.rules)
+            for warning in s.warnings if s.stage in need else ():
+                print(f"warning: the {s.stage} {warning}", file=sys.stderr)
         missing = [s.stage for s in info.stages if not s.model.model and s.stage in need]
         if "detector" in missing or len(missing) == len(need):  # nothing could be judged
             raise ClientError(Code.UNAVAILABLE, f"the orchestrator has not reached {', '.join(missing)} yet; retry")
