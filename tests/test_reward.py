@@ -102,5 +102,5 @@ def test_bad_calls_are_refused(judge: RewardJudge, batch) -> None:
 def test_the_paper_models_need_their_weights(tmp_path: Path) -> None:
     from negt2i.weights import WeightsMissingError
 
-    with pytest.raises(WeightsMissingError, match="model weights missing in .*negt2i weights fetch"):
+    with pytest.raises(WeightsMissingError, match=r"model weights missing in .*negt2i weights fetch"):
         RewardJudge("cpu", weights_dir=tmp_path)
