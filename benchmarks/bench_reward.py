@@ -71,6 +71,34 @@ def _figures(name: str, times: list[float], n: int, bare: list[float] | None) ->
     return line
 
 
+def _measure(
+    n: int, size: int, repeats: int, raw: EvaluatorClient, reward: RewardClient, judge: RewardJudge
+) -> dict[str, list[float]]:
+    """Per-batch seconds of each path for batches of ``n`` (interleaved; the first round warms up)."""
+    prompts, arrays, pngs = _batch(n, size, seed=n)
+
+    def bare() -> None:
+        requests = [make_request(png, prompt=pr) for png, pr in zip(pngs, prompts, strict=True)]
+        got = sum(1 for r in raw.stream(requests) if r.HasField("result"))
+        assert got == n, f"{got} of {n} answered"
+
+    runs = {
+        "bare": bare,
+        "client(bytes)": lambda: reward.score(pngs, prompts),
+        "client(arrays)": lambda: reward.score(arrays, prompts),
+        "in-process": lambda: judge.score(arrays, prompts),
+    }
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for k in range(repeats + 1):
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            fn()
+            if k:
+                times[name].append(time.perf_counter() - t0)
+    assert reward.score(pngs, prompts) == judge.score(arrays, prompts)  # the same scores both ways
+    return times
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--batches", default="16,64", help="comma-separated batch sizes")
@@ -109,29 +137,7 @@ def main() -> int:
         judge = RewardJudge(a.device, dtype=a.dtype, backends=backends, batch_size=max(sizes))
         with EvaluatorClient(orch.target, timeout=None) as raw, RewardClient(raw, window=a.window) as reward:
             for n in sizes:
-                prompts, arrays, pngs = _batch(n, a.size, seed=n)
-                times: dict[str, list[float]] = {
-                    k: [] for k in ("bare", "client(bytes)", "client(arrays)", "in-process")
-                }
-
-                def bare() -> None:
-                    requests = [make_request(png, prompt=pr) for png, pr in zip(pngs, prompts, strict=True)]
-                    got = sum(1 for r in raw.stream(requests) if r.HasField("result"))
-                    assert got == n, f"{got} of {n} answered"
-
-                runs = {
-                    "bare": bare,
-                    "client(bytes)": lambda: reward.score(pngs, prompts),
-                    "client(arrays)": lambda: reward.score(arrays, prompts),
-                    "in-process": lambda: judge.score(arrays, prompts),
-                }
-                for k in range(a.repeats + 1):  # the first round warms up
-                    for name, fn in runs.items():
-                        t0 = time.perf_counter()
-                        fn()
-                        if k:
-                            times[name].append(time.perf_counter() - t0)
-                assert reward.score(pngs, prompts) == judge.score(arrays, prompts)  # same scores both ways
+                times = _measure(n, a.size, a.repeats, raw, reward, judge)
                 print(f"batch {n}:")
                 for name, t in times.items():
                     print(_figures(name, t, n, None if name == "bare" else times["bare"]))
