@@ -77,8 +77,9 @@ def _measure(
     """Per-batch seconds of each path for batches of ``n`` (interleaved; the first round warms up)."""
     prompts, arrays, pngs = _batch(n, size, seed=n)
 
+    requests = [make_request(png, prompt=pr) for png, pr in zip(pngs, prompts, strict=True)]
+
     def bare() -> None:
-        requests = [make_request(png, prompt=pr) for png, pr in zip(pngs, prompts, strict=True)]
         got = sum(1 for r in raw.stream(requests) if r.HasField("result"))
         assert got == n, f"{got} of {n} answered"
 
