@@ -281,7 +281,12 @@ class RewardClient:
                 failure = adapter.failure_from_proto(answer.response.error)
                 outcomes.append(RewardFailure(index, failure.code, failure.details(), retryable=bool(answer.left)))
             else:
-                outcomes.append(_outcome(adapter.verdict_from_proto(answer.response.result.verdict), details))
+                try:
+                    verdict = adapter.verdict_from_proto(answer.response.result.verdict)
+                except ValueError as exc:  # e.g. a score that contradicts its elements: no reward from it
+                    outcomes.append(RewardFailure(index, "DATA_LOSS", f"invalid verdict from the server: {exc}"))
+                    continue
+                outcomes.append(_outcome(verdict, details))
         self.last_stats = submitter.stats
         return _finish(outcomes, mode)
 
