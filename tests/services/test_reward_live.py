@@ -44,7 +44,7 @@ def test_served_rewards_are_the_in_process_rewards_in_input_order(orchestrator: 
         details = reward.score(
             images[:3], [adapter.prompt_to_proto(parse_prompt(r)) for r in records[:3]], details=True
         )
-        assert reward.last_stats.max_in_flight <= 4
+        assert 0 < reward.last_max_in_flight <= 4
     assert all(isinstance(d, RewardDetails) for d in details) and [d.score for d in details] == want[:3]
     assert [d.verdict.to_json() for d in details] == [
         d.verdict.to_json() for d in local.score(images[:3], records[:3], details=True)
