@@ -157,7 +157,7 @@ def resolve_prompt(prompt: RewardPrompt, corpus: Mapping[str, Prompt] | None = N
         return adapter.prompt_from_proto(prompt)
     if isinstance(prompt, Mapping):
         try:
-            return parse_prompt(prompt, default_id=str(prompt.get("id", "")) or None)
+            return parse_prompt(prompt, default_id="inline")  # a record without an id is judged as "inline"
         except SpecError as exc:
             raise ValueError(f"invalid prompt record: {exc}") from None
     raise ValueError(f"a prompt must be a Prompt, a corpus record, a PromptSpec or an id, got {type(prompt).__name__}")
@@ -298,7 +298,8 @@ class RewardClient:
                 if resp.HasField("error"):
                     failure = adapter.failure_from_proto(resp.error)
                     retry = item_retryable(resp.error)  # marked retryable: returned as such, not retried here
-                    outcomes[i] = RewardFailure(i, failure.code, failure.details(), retryable=retry)
+                    message = failure.details().removeprefix(f"{failure.code}: ")
+                    outcomes[i] = RewardFailure(i, failure.code, message, retryable=retry)
                     continue
                 try:
                     verdict = adapter.verdict_from_proto(resp.result.verdict)
