@@ -229,3 +229,25 @@ def test_the_default_loading_code_reads_a_fetched_checkpoint(
     assert [(r["element"], r["p_yes"], r["p_no"]) for r in rows_real] == [
         (r["element"], r["p_yes"], r["p_no"]) for r in rows_rand
     ]
+
+
+def test_clipscore_loads_an_open_clip_checkpoint_by_default(study: dict[str, Path], tmp_path: Path) -> None:
+    """The real CLIPScore path: an open_clip hub folder (open_clip_config.json + open_clip_model.safetensors),
+    recorded, loaded through open_clip's local-dir: loader, scores exactly as the model it was saved from."""
+    from safetensors.torch import save_file
+
+    from negt2i.judges.clip_score import TINY_CFG, tiny_clip
+
+    model, _, _ = tiny_clip()
+    folder = tmp_path / "clipscore-vit-b-32"
+    folder.mkdir()
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": TINY_CFG}))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "open_clip_model.safetensors"))
+    assert main(["weights", "record", "clipscore-vit-b-32", "--dir", str(tmp_path)]) == 0
+    args = ["judges", "run", "--judge", "clipscore-vit-b-32", "--mode", "score", "--questions", str(study["questions"]),
+            "--images", str(study["images"]), "--no-progress"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "real.jsonl"), "--weights-dir", str(tmp_path)]) == 0
+    assert main([*args, "--out", str(tmp_path / "rand.jsonl"), "--random-init"]) == 0
+    real, rand = _rows(tmp_path / "real.jsonl")[1], _rows(tmp_path / "rand.jsonl")[1]
+    assert [r["score"] for r in real] == pytest.approx([r["score"] for r in rand], abs=1e-6)
+    assert _rows(tmp_path / "real.jsonl")[0][0]["revision"] == "main"
