@@ -146,7 +146,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             answers[name] = value
             served[service.stage] = service
         verdict, perception = await asyncio.to_thread(
-            functools.partial(flow.finish, prompt, req, config=self.config, **answers)
+            functools.partial(flow.finish, prompt, req, flow.StageAnswers(**answers), config=self.config)
         )
         response = evaluator_pb2.EvaluateResponse(
             request_id=request.request_id,

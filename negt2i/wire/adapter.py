@@ -26,7 +26,7 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from negt2i import images, rle
-from negt2i.failures import Failure, FailureKind
+from negt2i.failures import ContractRule, Failure, FailureKind
 from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
 from negt2i.perception import (
     AttributeScores,
@@ -302,7 +302,7 @@ def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
         field=failure.field,
         stage=failure.stage,
         kind=_KIND_TO[failure.kind],  # type: ignore[arg-type]
-        rule=failure.rule,
+        rule=failure.rule or "",
         status=errors.to_status(failure, message),
     )
 
@@ -319,7 +319,8 @@ def failure_from_proto(msg: evaluator_pb2.ItemError) -> Failure:
     code = _CODE_NAMES.get(int(msg.code), str(msg.code))
     text = f"{code}: {msg.message}"
     reason = errors.failure_from_status(msg.status).reason if msg.HasField("status") else ""
-    return Failure(kind, msg.message, stage=msg.stage, rule=msg.rule, field=msg.field, code=code, text=text,
+    rule = ContractRule.parse(msg.rule)
+    return Failure(kind, msg.message, stage=msg.stage, rule=rule, field=msg.field, code=code, text=text,
                    reason=reason)  # fmt: skip
 
 

@@ -212,7 +212,7 @@ def test_perception_round_trips_with_the_disparity():
 
 def test_enum_tables_cover_both_sides_exactly():
     """Core enums <-> proto enums by explicit tables: every value of each side maps, one to one."""
-    from negt2i.failures import Failure, FailureKind
+    from negt2i.failures import ContractRule, Failure, FailureKind
     from negt2i.verdict import FailureCause, RowFailure
     from negt2i.wire.v1 import evaluator_pb2
 
@@ -224,5 +224,6 @@ def test_enum_tables_cover_both_sides_exactly():
     assert set(adapter._KIND_TO) == set(FailureKind)
     assert sorted(adapter._KIND_TO.values()) == sorted(v for v in evaluator_pb2.FailureKind.values() if v)
     for kind in FailureKind:
-        back = adapter.failure_from_proto(adapter.failure_to_proto(Failure(kind, "why", stage="s", rule="r")))
-        assert (back.kind, back.stage, back.rule, back.code) == (kind, "s", "r", "INTERNAL")
+        sent = Failure(kind, "why", stage="s", rule=ContractRule.MASK_SIZE)
+        back = adapter.failure_from_proto(adapter.failure_to_proto(sent))
+        assert (back.kind, back.stage, back.rule, back.code) == (kind, "s", ContractRule.MASK_SIZE, "INTERNAL")
