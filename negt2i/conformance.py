@@ -28,14 +28,12 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
 from negt2i.config import CURRENT, STAGE_RULES, RuleConfig
 from negt2i.stage_types import STAGES
-
-SEVERITY: Final = ("required", "recommended")
 
 
 @dataclass(frozen=True)

@@ -98,12 +98,6 @@ class StageRequests:
     def shape_hw(self) -> tuple[int, int]:
         return self.detections.shape_hw
 
-    @property
-    def stages(self) -> tuple[str, ...]:
-        """The stages this image needs after the detector, in stage order."""
-        need = (("segmenter", self.refine), ("attributes", self.attributes), ("depth", self.depth))
-        return tuple(name for name, wanted in need if wanted)
-
 
 @dataclass(frozen=True, eq=False)
 class StageAnswers:

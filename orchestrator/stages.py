@@ -72,7 +72,6 @@ from negt2i.config import RuleConfig, stage_rules
 from negt2i.failures import ContractRule, StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
-from negt2i.stage_types import ModelInfo
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, stages_pb2
@@ -103,9 +102,6 @@ class WireStats:
         self.calls[stage] = self.calls.get(stage, 0) + 1
         self.sent[stage] = self.sent.get(stage, 0) + sent
         self.received[stage] = self.received.get(stage, 0) + received
-
-    def total(self) -> int:
-        return sum(self.sent.values()) + sum(self.received.values())
 
 
 class _Limiter:
@@ -391,10 +387,6 @@ class RemoteStages:
         return common_pb2.StageService(
             stage=stage, url=self.urls[stage], model=model, contract=info.contract if info else ""
         )
-
-    def model_info(self, stage: str) -> ModelInfo:
-        """The core ``ModelInfo`` of a stage."""
-        return adapter.model_info_from_proto(self.service(stage).model)
 
     def binary(self, stage: str) -> bool:
         """Whether calls to ``stage`` send binary protobuf bodies: its last ``/info`` lists
