@@ -26,6 +26,7 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from negt2i import images, rle
+from negt2i.config import STAGE_RULES
 from negt2i.failures import ContractRule, Failure, FailureKind
 from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
 from negt2i.perception import (
@@ -253,12 +254,17 @@ def model_info_to_proto(info: ModelInfo) -> common_pb2.ModelInfo:
 
 
 def model_info_from_proto(msg: common_pb2.ModelInfo) -> ModelInfo:
-    """Back to the core ``ModelInfo``."""
+    """Back to the core ``ModelInfo``. Its ``rules`` come in a fixed order (the stage's ``STAGE_RULES``, then
+    any other path sorted), never the protobuf map's, which differs from process to process: a results
+    line's model record is the same bytes on every run."""
     op = None
     if msg.HasField("operating_point"):
         p = msg.operating_point
         op = OperatingPoint(prediction_floor=p.prediction_floor, suppression=p.suppression, input_size=p.input_size)
-    return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=dict(msg.rules))
+    known = STAGE_RULES.get(msg.stage, ())
+    order = [k for k in known if k in msg.rules] + sorted(k for k in msg.rules if k not in known)
+    rules = {k: msg.rules[k] for k in order}
+    return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=rules)
 
 
 _CODE_NAMES: Final[dict[int, str]] = {
