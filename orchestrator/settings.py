@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from negt2i.stage_identity import STRICT_ENV
 from negt2i.stage_types import STAGES
 
 DEFAULT_URLS: Final[dict[str, str]] = {
@@ -218,6 +219,12 @@ class Settings:
         flag=False)})  # fmt: skip
     reflection: bool = setting(
         False, "NEGT2I_REFLECTION", "serve gRPC reflection (opt-in: it lists the API to anyone who can connect)"
+    )
+    strict_stages: bool = setting(
+        False,
+        STRICT_ENV,
+        "refuse a stage whose /info leaves its rule constants or operating point unstated (a stage of the contract "
+        "before them); off: accepted with a warning (negt2i.stage_identity, docs/stage-contract.md)",
     )
 
     def __post_init__(self) -> None:
