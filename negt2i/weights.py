@@ -160,7 +160,7 @@ def _judge(name: str, repo: str, size_mb: int) -> WeightsEntry:
         source="hf",
         repo=repo,
         revision="main",
-        files=("config.json", "model.safetensors.index.json", "preprocessor_config.json", "tokenizer_config.json"),
+        files=("config.json", "model.safetensors.index.json", "tokenizer_config.json"),
         main_file="model.safetensors.index.json",
         size_mb=size_mb,
         patterns=_HF_MODEL_FILES,

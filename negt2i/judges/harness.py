@@ -1,10 +1,12 @@
 """The one judge run loop: ask a judge the question file's questions about a folder of images, write a judge
 file (``negt2i judges run``; format in ``docs/agreement.md``).
 
-Inputs: a question file (``negt2i questions``), the images in the GenEval layout (or a JSONL manifest, as
-``negt2i evaluate`` reads them: the prompt of each image comes from its ``metadata.jsonl``), a judge and a
-mode. Every image's prompt must be in the question file with the same ``prompt_sha256`` (a question file
-made from another corpus version is refused before the model loads).
+Inputs: a question file (``negt2i questions``), the images, a judge and a mode. The images are a labelling
+task folder (``negt2i labels export``: exactly the sampled images, under the keys the labels use, the way to
+judge a study's images) or any folder in the GenEval layout (or a JSONL manifest) as ``negt2i evaluate``
+reads them: the prompt of each image comes from its ``metadata.jsonl``. Every image's prompt must be in the
+question file with the same ``prompt_sha256`` (a question file made from another corpus version is refused
+before the model loads).
 
 Output, JSONL, appended to (never rewritten):
 
@@ -111,6 +113,8 @@ def plan_tasks(
     warn = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
     if mode not in (*VQA_MODES, SCORE_MODE):
         raise JudgeRunError(f"--mode must be one of {', '.join((*VQA_MODES, SCORE_MODE))}, got {mode!r}")
+    if (Path(images) / "task.json").is_file():
+        return _task_tasks(questions_path, Path(images), mode, shard=shard, limit=limit)
     try:
         questions = read_questions(questions_path)
         jobs = select_shard(discover(images), shard)
@@ -138,13 +142,52 @@ def plan_tasks(
             digest = file_sha256(job.path)
         except OSError as exc:
             raise JudgeRunError(f"{job.path}: cannot read ({exc.strerror or exc})") from None
-        if mode == SCORE_MODE:
-            tasks.append(Task(key, "prompt", pq.prompt, job.path, digest))
-            continue
-        for q in pq.questions:
-            if mode in q.modes:
-                tasks.append(Task(key, q.element, q.modes[mode][0], job.path, digest))
+        tasks += _questions_of(pq, mode, key, job.path, digest)
     return tasks, len(jobs)
+
+
+def _questions_of(pq: Any, mode: str, image: str, path: Path, digest: str) -> list[Task]:
+    if mode == SCORE_MODE:
+        return [Task(image, "prompt", pq.prompt, path, digest)]
+    return [Task(image, q.element, q.modes[mode][0], path, digest) for q in pq.questions if mode in q.modes]
+
+
+def _task_tasks(
+    questions_path: str | Path, task_dir: Path, mode: str, *, shard: tuple[int, int] | None, limit: int | None
+) -> tuple[list[Task], int]:
+    """The questions about a labelling task's images (``negt2i labels export``), keyed as its labels are."""
+    from negt2i.annotation.questions import QuestionsError, read_questions
+    from negt2i.annotation.task import TaskError, read_task
+
+    try:
+        task = read_task(task_dir)
+        questions = read_questions(questions_path)
+    except (TaskError, QuestionsError) as exc:
+        raise JudgeRunError(str(exc)) from None
+    items = list(task["items"])
+    if shard is not None:
+        items = [it for i, it in enumerate(items) if i % shard[1] == shard[0]]
+    items = items[:limit] if limit is not None else items
+    if not items:
+        raise JudgeRunError(f"{task_dir}: no task images to judge")
+    tasks: list[Task] = []
+    for item in items:
+        pq = questions.get(str(item["prompt_id"]))
+        if pq is None:
+            raise JudgeRunError(f"the question file has no questions for prompt {item['prompt_id']} (from {task_dir})")
+        if pq.prompt_sha256 != item["prompt_sha256"]:
+            raise JudgeRunError(
+                f"{pq.where}: prompt {item['prompt_id']} differs from the one in {task_dir} (prompt_sha256 "
+                f"{pq.prompt_sha256[:12]} vs {str(item['prompt_sha256'])[:12]}): the question file was made from "
+                "another corpus version; run `negt2i questions` on the prompts the images were generated from"
+            )
+        path = task_dir / str(item["file"])
+        try:
+            digest = file_sha256(path)
+        except OSError as exc:
+            raise JudgeRunError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        tasks += _questions_of(pq, mode, str(item["image"]), path, digest)
+    return tasks, len(items)
 
 
 # --------------------------------------------------------------------------- the judge file
@@ -238,9 +281,10 @@ def _batches(tasks: Sequence[Task], size: int) -> Iterator[Sequence[Task]]:
 
 
 class _Images:
-    """Decoded images by path, the last few kept (an image's questions are consecutive)."""
+    """Decoded images by path, the last ``keep`` kept (an image's questions are consecutive; a 4096 px image
+    decodes to 48 MiB, so the cache stays under ~0.4 GiB)."""
 
-    def __init__(self, keep: int = 64) -> None:
+    def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         self.cache: dict[Path, PILImage.Image] = {}
 

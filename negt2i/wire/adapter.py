@@ -699,6 +699,7 @@ def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
         failure_class=_ROW_TO[verdict.failure_class],  # type: ignore[arg-type]
         config_json=json.dumps(verdict.config, separators=(",", ":")),
         evaluator_version=verdict.evaluator_version,
+        score=verdict.score,
     )
     for o in verdict.objects:
         ov = evaluator_pb2.ObjectVerdict(
@@ -778,6 +779,8 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
         data["source_id"] = msg.source_id
     if msg.form:
         data["form"] = msg.form
+    if msg.HasField("score"):  # unset by an evaluator older than the field: computed from the elements
+        data["score"] = msg.score
     data["probes"] = []
     for s, key in [(s, "statements") for s in msg.statements] + [(s, "probes") for s in msg.probes]:
         data[key].append(

@@ -116,3 +116,58 @@ def test_score_rows_are_checked(tmp_path: Path, row: dict[str, object], message:
     path.write_text(json.dumps(header) + "\n" + json.dumps({"judge": "S", "mode": "score", "image": "i", **row}) + "\n")
     with pytest.raises(AgreementInputError, match=message):
         read_judges(path)
+
+
+def test_judging_a_labelling_task_answers_exactly_its_images_under_the_labels_keys(
+    loop: dict[str, object], tmp_path: Path
+) -> None:
+    root: Path = loop["root"]  # type: ignore[assignment]
+    task = tmp_path / "task"
+    questions = root / "q.jsonl"
+    assert main(["labels", "export", str(loop["results"]), "--images", str(root / "images"), "--sample", "3",
+                 "--questions", str(questions), "--out", str(task)]) == 0  # fmt: skip
+    items = json.loads((task / "task.json").read_text())["items"]
+    out = tmp_path / "clip.jsonl"
+    assert main(["judges", "run", "--judge", "clipscore-vit-b-32", "--mode", "score", "--questions", str(questions),
+                 "--images", str(task), "--out", str(out), "--random-init", "--no-progress"]) == 0  # fmt: skip
+    rows = [json.loads(x) for x in out.read_text().splitlines() if "negt2i" not in x]
+    assert sorted(r["image"] for r in rows) == sorted(it["image"] for it in items)
+    by_key = {it["image"]: it for it in items}
+    from negt2i.judges.harness import file_sha256
+
+    for r in rows:  # the very file the annotators saw
+        assert r["image_sha256"] == file_sha256(task / by_key[r["image"]]["file"])
+    # a question file from another corpus version is refused for a task too
+    lines = questions.read_text().splitlines()
+    other = tmp_path / "q2.jsonl"
+    other.write_text("\n".join(json.dumps({**json.loads(x), "prompt_sha256": "f" * 64}) for x in lines) + "\n")
+    assert main(["judges", "run", "--judge", "clipscore-vit-b-32", "--mode", "score", "--questions", str(other),
+                 "--images", str(task), "--out", str(tmp_path / "x.jsonl"), "--random-init"]) == 1  # fmt: skip
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_the_detectors_own_cost_comes_from_the_cost_benchmark(loop: dict[str, object], tmp_path: Path) -> None:
+    """benchmarks/bench_cost.py (batch 1, load apart) writes the file `--ours-cost` reads into Tables 2 and 8."""
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    cost = tmp_path / "cost.json"
+    subprocess.run([sys.executable, "benchmarks/bench_cost.py", "--backend", "synthetic", "--images",
+                    str(Path(loop["root"]) / "images"), "--limit", "2", "--out", str(cost)],  # type: ignore[arg-type]
+                   cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, check=True, capture_output=True,
+                   timeout=300)  # fmt: skip
+    figures = json.loads(cost.read_text())
+    assert figures["images"] == 2 and figures["s_per_image"] > 0 and figures["load_seconds"] > 0
+    out = tmp_path / "agreement"
+    args = ["agreement", "--labels", str(loop["labels"]), "--results", str(loop["results"]), "--judges",
+            str(loop["judges"]), "--bootstrap", "10", "--out", str(out), "--ours-cost", str(cost)]  # fmt: skip
+    assert main(args) == 0
+    with (out / "table8.csv").open() as fh:
+        ours = next(r for r in csv.reader(fh) if r[0] == "NegT2IBench (ours)")
+    assert ours[3] == f"{figures['s_per_image']:.2f}" and ours[4] == f"{figures['load_seconds']:.1f}"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"seconds": 1}')
+    with pytest.raises(SystemExit):
+        main([*args[:-1], str(bad)])
