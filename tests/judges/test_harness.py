@@ -251,3 +251,31 @@ def test_clipscore_loads_an_open_clip_checkpoint_by_default(study: dict[str, Pat
     real, rand = _rows(tmp_path / "real.jsonl")[1], _rows(tmp_path / "rand.jsonl")[1]
     assert [r["score"] for r in real] == pytest.approx([r["score"] for r in rand], abs=1e-6)
     assert _rows(tmp_path / "real.jsonl")[0][0]["revision"] == "main"
+
+
+def test_a_plug_in_judge_registers_through_the_environment(
+    study: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/agreement.md's plug-in recipe: a module named in NEGT2I_JUDGE_MODULES registers a judge that
+    `judges list` shows and `judges run` runs (here a score judge: the prompt's length, on the CPU)."""
+    plugin = tmp_path / "my_judges.py"
+    plugin.write_text(
+        "from negt2i.judges.base import JudgeInfo\n"
+        "from negt2i.judges.registry import JudgeBackend, register\n"
+        "class Length:\n"
+        "    info = JudgeInfo('PromptLength', 'score', 'len', 'v1', '', 'python', 'cpu', 'none', 0)\n"
+        "    def score_batch(self, items):\n"
+        "        return [float(len(text)) for _, text in items]\n"
+        "register(JudgeBackend('prompt-length', 'score', lambda **_: Length(), label='PromptLength'))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("NEGT2I_JUDGE_MODULES", "my_judges")
+    monkeypatch.setattr(registry, "_TABLE", dict(registry._TABLE))  # the plug-in's row goes away afterwards
+    monkeypatch.setattr(registry, "_state", {"loaded": False})
+    assert main(["judges", "list"]) == 0
+    assert "prompt-length" in capsys.readouterr().out
+    out = tmp_path / "len.jsonl"
+    assert main(["judges", "run", "--judge", "prompt-length", "--mode", "score", "--questions", str(study["questions"]),
+                 "--images", str(study["images"]), "--out", str(out), "--no-progress"]) == 0  # fmt: skip
+    prompts = {json.loads(x)["prompt"] for x in study["questions"].read_text().splitlines()}
+    assert sorted(r["score"] for r in _rows(out)[1]) == sorted(float(len(p)) for p in prompts)
