@@ -161,7 +161,7 @@ def test_judges_list_shows_every_judge_with_its_weights(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     for name in (*VQA, "clipscore-vit-b-32"):
         assert name in out
-    assert out.count("missing") == 4 and "Qwen3-VL-8B" in out
+    assert out.count("missing") == 7 and "Qwen3-VL-8B" in out and "InternVL3.5-38B" in out
 
 
 def test_weights_fetch_takes_judge_names_and_fetches_their_shards(
