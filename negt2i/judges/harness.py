@@ -108,7 +108,7 @@ def plan_tasks(
     and the number of images. Raises ``JudgeRunError`` for a question file that lacks an image's prompt or
     was made from another corpus version."""
     from negt2i.annotation.questions import QuestionsError, check_questions, read_questions
-    from negt2i.evaluate import EvaluateError, discover, select_shard
+    from negt2i.run.jobs import EvaluateError, discover, select_shard
 
     warn = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
     if mode not in (*VQA_MODES, SCORE_MODE):
@@ -281,9 +281,10 @@ def _batches(tasks: Sequence[Task], size: int) -> Iterator[Sequence[Task]]:
 
 
 class _Images:
-    """Decoded images by path, the last few kept (an image's questions are consecutive)."""
+    """Decoded images by path, the last ``keep`` kept (an image's questions are consecutive; a 4096 px image
+    decodes to 48 MiB, so the cache stays under ~0.4 GiB)."""
 
-    def __init__(self, keep: int = 64) -> None:
+    def __init__(self, keep: int = 8) -> None:
         self.keep = keep
         self.cache: dict[Path, PILImage.Image] = {}
 

@@ -26,7 +26,8 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from negt2i import images, rle
-from negt2i.failures import Failure, FailureKind
+from negt2i.config import STAGE_RULES
+from negt2i.failures import Code, ContractRule, Failure, FailureKind
 from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
 from negt2i.perception import (
     AttributeScores,
@@ -260,35 +261,18 @@ def model_info_to_proto(info: ModelInfo) -> common_pb2.ModelInfo:
 
 
 def model_info_from_proto(msg: common_pb2.ModelInfo) -> ModelInfo:
-    """Back to the core ``ModelInfo``."""
+    """Back to the core ``ModelInfo``. Its ``rules`` come in a fixed order (the stage's ``STAGE_RULES``, then
+    any other path sorted), never the protobuf map's, which differs from process to process: a results
+    line's model record is the same bytes on every run."""
     op = None
     if msg.HasField("operating_point"):
         p = msg.operating_point
         op = OperatingPoint(prediction_floor=p.prediction_floor, suppression=p.suppression, input_size=p.input_size)
-    return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=dict(msg.rules))
+    known = STAGE_RULES.get(msg.stage, ())
+    order = [k for k in known if k in msg.rules] + sorted(k for k in msg.rules if k not in known)
+    rules = {k: msg.rules[k] for k in order}
+    return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=rules)
 
-
-_CODE_NAMES: Final[dict[int, str]] = {
-    0: "OK",
-    1: "CANCELLED",
-    2: "UNKNOWN",
-    3: "INVALID_ARGUMENT",
-    4: "DEADLINE_EXCEEDED",
-    5: "NOT_FOUND",
-    6: "ALREADY_EXISTS",
-    7: "PERMISSION_DENIED",
-    8: "RESOURCE_EXHAUSTED",
-    9: "FAILED_PRECONDITION",
-    10: "ABORTED",
-    11: "OUT_OF_RANGE",
-    12: "UNIMPLEMENTED",
-    13: "INTERNAL",
-    14: "UNAVAILABLE",
-    15: "DATA_LOSS",
-    16: "UNAUTHENTICATED",
-}
-"""google.rpc.Code numbers -> names (the ``code`` of ``ItemError``)."""
-_CODE_NUMBERS: Final[dict[str, int]] = {v: k for k, v in _CODE_NAMES.items()}
 
 _KIND_TO: Final[dict[FailureKind, int]] = {
     FailureKind.UNREADABLE_IMAGE: evaluator_pb2.FAILURE_KIND_UNREADABLE_IMAGE,
@@ -308,7 +292,7 @@ def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
     """The ``ItemError`` of an item that got no verdict (``message`` is the failure's details in plain words,
     ``status`` the same error in the rich error model: ``negt2i.wire.errors``)."""
     message = errors.plain(failure.details())
-    code = _CODE_NUMBERS.get(failure.code, 13)
+    code = failure.code.number
     stage = failure.stage or ("orchestrator" if code in _STAGE_CODES else "")
     return evaluator_pb2.ItemError(
         code=code,
@@ -316,7 +300,7 @@ def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
         field=failure.field,
         stage=stage,
         kind=_KIND_TO[failure.kind],  # type: ignore[arg-type]
-        rule=failure.rule,
+        rule=failure.rule or "",
         status=errors.to_status(failure, message),
     )
 
@@ -327,13 +311,14 @@ def failure_from_proto(msg: evaluator_pb2.ItemError) -> Failure:
     if kind is None:
         kind = FailureKind.STAGE_ERROR
         if msg.field.startswith("prompt"):
-            kind = FailureKind.INVALID_METADATA if msg.code != 5 else FailureKind.MISSING_METADATA
+            kind = FailureKind.INVALID_METADATA if msg.code != Code.NOT_FOUND.number else FailureKind.MISSING_METADATA
         elif msg.field.startswith("image"):
             kind = FailureKind.UNREADABLE_IMAGE
-    code = _CODE_NAMES.get(int(msg.code), str(msg.code))
+    code = Code.of(int(msg.code))
     text = f"{code}: {msg.message}"
     reason = errors.failure_from_status(msg.status).reason if msg.HasField("status") else ""
-    return Failure(kind, msg.message, stage=msg.stage, rule=msg.rule, field=msg.field, code=code, text=text,
+    rule = ContractRule.parse(msg.rule)
+    return Failure(kind, msg.message, stage=msg.stage, rule=rule, field=msg.field, code=code, text=text,
                    reason=reason)  # fmt: skip
 
 

@@ -26,6 +26,7 @@ CORE_MODULES = (
     "negt2i.failures",
     "negt2i.stage_types",
     "negt2i.stage_identity",
+    "negt2i.stage_identity",
     "negt2i.verdict",
     "negt2i.flow",
     "negt2i.results",
@@ -38,6 +39,8 @@ CORE_MODULES = (
     "negt2i.metrics.records",
     "negt2i.metrics.totals",
     "negt2i.metrics.report",
+    "negt2i.run.jobs",
+    "negt2i.run.output",
 )
 
 FORBIDDEN_ROOTS = ("torch", "grpc", "bentoml", "httpx")
