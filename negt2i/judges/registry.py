@@ -23,7 +23,7 @@ from typing import Final
 
 from negt2i.judges.base import Kind, ScoreJudge, VQAJudge
 
-BUILTIN_MODULES: list[str] = ["negt2i.judges.vlm", "negt2i.judges.clip_score"]
+BUILTIN_MODULES: list[str] = ["negt2i.judges.vlm", "negt2i.judges.clip_score", "negt2i.judges.hf_clip"]
 JUDGE_MODULES_ENV: Final = "NEGT2I_JUDGE_MODULES"
 """Comma-separated modules imported before a judge is built, to register more judges (plug-ins)."""
 
