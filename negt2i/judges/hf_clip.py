@@ -151,7 +151,7 @@ def _build(name: str, processor_entry: str | None) -> Any:
 ROWS: Final[dict[str, JudgeBackend]] = {
     "pickscore-v1": JudgeBackend("pickscore-v1", "score", _build("pickscore-v1", "pickscore-processor"),
                                  label="PickScore", params="986M", weights="pickscore-v1",
-                                 model="yuvalkirstain/PickScore_v1"),  # fmt: skip
+                                 model="yuvalkirstain/PickScore_v1", extra_weights=("pickscore-processor",)),  # fmt: skip
     "negationclip": JudgeBackend("negationclip", "score", _build("negationclip", None), label="NegationCLIP",
                                  params="-", weights="negationclip", model="user-supplied CLIP checkpoint"),  # fmt: skip
 }

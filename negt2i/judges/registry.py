@@ -43,6 +43,12 @@ class JudgeBackend:
     weights: str | None = None
     """The ``negt2i.weights`` entry it loads (None: no weights to fetch)."""
     model: str = ""
+    extra_weights: tuple[str, ...] = ()
+    """Further entries it loads (PickScore's processor comes from another repository)."""
+
+    def weight_entries(self) -> list[str]:
+        """Every ``negt2i.weights`` entry the judge needs, its own first."""
+        return [*([self.weights] if self.weights else []), *self.extra_weights]
 
 
 _TABLE: dict[str, JudgeBackend] = {}
