@@ -103,7 +103,7 @@ def tiny_clip(seed: int = 0) -> tuple[Any, Any, Any]:
     )  # fmt: skip
     image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     torch.manual_seed(seed)
-    return CLIPModel(config).eval(), image_processor, tokenizer
+    return CLIPModel(config).eval(), image_processor, tokenizer  # type: ignore[no-untyped-call]
 
 
 def _build(name: str, processor_entry: str | None) -> Any:
@@ -127,7 +127,7 @@ def _build(name: str, processor_entry: str | None) -> Any:
             verified = weights.verify(name, weights_dir)
             processor_folder = weights.verify(processor_entry, weights_dir).folder if processor_entry else None
             source = processor_folder or verified.folder
-            image_processor = AutoImageProcessor.from_pretrained(source, local_files_only=True)
+            image_processor = AutoImageProcessor.from_pretrained(source, local_files_only=True)  # type: ignore[no-untyped-call]
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
             model = CLIPModel.from_pretrained(verified.folder, dtype=torch_dtype, local_files_only=True)
             revision, sha = verified.revision, verified.sha256
@@ -148,13 +148,15 @@ def _build(name: str, processor_entry: str | None) -> Any:
     return build
 
 
+# fmt: off
 ROWS: Final[dict[str, JudgeBackend]] = {
     "pickscore-v1": JudgeBackend("pickscore-v1", "score", _build("pickscore-v1", "pickscore-processor"),
                                  label="PickScore", params="986M", weights="pickscore-v1",
-                                 model="yuvalkirstain/PickScore_v1", extra_weights=("pickscore-processor",)),  # fmt: skip
+                                 model="yuvalkirstain/PickScore_v1", extra_weights=("pickscore-processor",)),
     "negationclip": JudgeBackend("negationclip", "score", _build("negationclip", None), label="NegationCLIP",
-                                 params="-", weights="negationclip", model="user-supplied CLIP checkpoint"),  # fmt: skip
+                                 params="-", weights="negationclip", model="user-supplied CLIP checkpoint"),
 }
+# fmt: on
 for _row in ROWS.values():
     register(_row)
 

@@ -317,8 +317,8 @@ def test_clip_score_is_logit_scale_times_cosine_and_batch_independent() -> None:
 
     rng = np.random.default_rng(0)
     images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in ((40, 70), (90, 50))]
-    items = [(images[0], "a photo of a non-red cup"),
-             (images[1], "a photo of a backpack and a parking meter, where the backpack is not above it " * 3)]  # fmt: skip
+    long = "a photo of a backpack and a parking meter, where the backpack is not above it " * 3
+    items = [(images[0], "a photo of a non-red cup"), (images[1], long)]
     judge: Any = registry.create("pickscore-v1", device="cpu", random_init=True)
     batched = judge.score_batch(items)
     alone = [judge.score_batch([it])[0] for it in items]
