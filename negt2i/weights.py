@@ -268,7 +268,8 @@ def local_help(root: Path, name: str) -> str:
     e = entry(name)
     return (
         f"{name} has no pinned repository: put a checkpoint ({', '.join(e.files)}) in {root / name}, then run "
-        f"`negt2i weights record --dir {root} {name} --revision REV` (REV: the commit or release you took it from)"
+        f"`negt2i weights record --dir {root} {name} --revision REV` (REV: the commit or release you took it from; "
+        "docs/weights.md)"
     )
 
 
