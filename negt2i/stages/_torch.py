@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     from negt2i.weights import VerifiedWeights
 
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
+DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
+"""Device names every backend accepts (``negt2i.cli.common.parse_device`` checks flags against it)."""
 
 DTYPES: Final[dict[str, str]] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 """Precision names accepted by ``--dtype`` / ``NEGT2I_DTYPE`` -> the torch dtype recorded in ``ModelInfo.dtype``."""
@@ -71,7 +72,7 @@ def resolve_device(device: str = "auto") -> torch.device:
     """``auto`` -> ``cuda`` when available, else ``cpu``; ``cpu``, ``cuda``, ``cuda:N`` as given."""
     import torch
 
-    if not _DEVICE_RE.match(device):
+    if not DEVICE_RE.match(device):
         raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
