@@ -348,10 +348,13 @@ class Loaded:
     data: bytes = b""
     pixels: Image | None = None
     error: Failure | None = None
+    prepared: Any = None
+    """The detector's preprocessing of the pixels (``Pipeline.prepare_image``), when asked for."""
 
 
-def read_job(job: Job, *, decode: bool = True) -> Loaded:
-    """Read ``job``'s file once: hash the bytes and decode them with the one decoder (``negt2i.images``)."""
+def read_job(job: Job, *, decode: bool = True, prepare: Callable[[Image], Any] | None = None) -> Loaded:
+    """Read ``job``'s file once: hash the bytes and decode them with the one decoder (``negt2i.images``);
+    ``prepare`` (``Pipeline.prepare_image``) is applied to the pixels, on the same thread."""
     try:
         data = read_regular(job.path)  # a FIFO, socket or device is an error line, never opened
     except OSError as exc:
@@ -366,7 +369,7 @@ def read_job(job: Job, *, decode: bool = True) -> Loaded:
         pixels = decode_image(data) if decode else None
     except ImageError as exc:
         return Loaded(digest, error=Failure(FailureKind.UNREADABLE_IMAGE, f"{job.filename}: {exc}"))
-    return Loaded(digest, data, pixels)
+    return Loaded(digest, data, pixels, prepared=None if prepare is None or pixels is None else prepare(pixels))
 
 
 def _batches(jobs: Sequence[Job], size: int) -> Iterator[Sequence[Job]]:
@@ -578,12 +581,13 @@ def evaluate(
                 previous: tuple[Sequence[Job], list[Loaded], Perceived, Future[None]] | None = None
                 for k, batch in enumerate(batches):
                     for ahead in batches[k + len(reading) : k + 1 + AHEAD]:
-                        reading.append([pool.submit(read_job, job) for job in ahead])
+                        reading.append([pool.submit(read_job, job, prepare=pipeline.prepare_image) for job in ahead])
                     loaded = [future.result() for future in reading.popleft()]
                     ready = [i for i, item in enumerate(loaded) if item.pixels is not None]
                     prompts = [batch[i].prompt for i in ready]
                     pixels = [loaded[i].pixels for i in ready]
-                    perceived = pipeline.detect(prompts, pixels)  # type: ignore[arg-type]  # both filtered
+                    prepared = [loaded[i].prepared for i in ready]
+                    perceived = pipeline.detect(prompts, pixels, prepared)  # type: ignore[arg-type]  # both filtered
                     planning = pool.submit(pipeline.plan, perceived)
                     if previous is not None:  # the batch before: planned on a worker meanwhile
                         previous[3].result()

@@ -170,15 +170,26 @@ def accepts_classes(detector: Any) -> bool:
 
 
 def detect_requested(
-    detector: Any, images: Sequence[NDArray[np.uint8]], classes: ClassLists | None, max_per_class: int = 0
+    detector: Any,
+    images: Sequence[NDArray[np.uint8]],
+    classes: ClassLists | None,
+    max_per_class: int = 0,
+    *,
+    prepared: Sequence[Any] | None = None,
 ) -> list[Detections]:
     """``detector.detect`` with the class filter: passed on when the detector takes it, and applied to
     whatever it returns (``filter_detections``: a no-op for a detector that honoured it), so every
-    detector, old or new, gives the rules the same detections."""
+    detector, old or new, gives the rules the same detections. With ``prepared`` (the detector's
+    ``prepare`` of each image, ``negt2i.stages.base.PreparesInputs``) its ``run_prepared`` is called
+    instead, with the class filter."""
     per_image: list[Collection[str] | None] = list(classes) if classes is not None else [None] * len(images)
     if len(per_image) != len(images):
         raise ValueError(f"{len(per_image)} class lists for {len(images)} images")
-    if any(per_image) or max_per_class > 0:
+    if prepared is not None:
+        if len(prepared) != len(images):
+            raise ValueError(f"{len(prepared)} prepared inputs for {len(images)} images")
+        found = detector.run_prepared(prepared, classes=per_image, max_per_class=max_per_class)
+    elif any(per_image) or max_per_class > 0:
         if accepts_classes(detector):
             found = detector.detect(images, classes=per_image, max_per_class=max_per_class)
         else:

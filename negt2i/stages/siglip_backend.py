@@ -10,6 +10,7 @@ and text embeddings. Text embeddings are cached per (class, answers).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -18,7 +19,7 @@ from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import mask_to_xyxy
-from negt2i.stages.base import Image, ModelInfo
+from negt2i.stages.base import Image, ModelInfo, ScoreItem
 from negt2i.stages.common import check_image, check_instance_masks, masked_crop
 from negt2i.stages.registry import register
 
@@ -45,6 +46,16 @@ def crops(image: Image, masks: NDArray[np.bool_]) -> list[Image]:
             box = (0.0, 0.0, float(hw[1]), float(hw[0]))
         out.append(masked_crop(image, box, mask))
     return out
+
+
+@dataclass(frozen=True)
+class PreparedCrops:
+    """One attribute request prepared for the model: its class names and answers, and one preprocessed crop
+    tensor (3, 378, 378) per instance (none when there is nothing to score)."""
+
+    class_names: tuple[str, ...]
+    answers: tuple[str, ...]
+    pixels: list[Any]
 
 
 class SigLIPScorer:
@@ -125,37 +136,43 @@ class SigLIPScorer:
         """Scores (K, len(answers)): 100 x cosine(crop, prompt) per instance and answer."""
         return self.score_batch([(image, masks, class_names, answers)])[0]
 
-    def score_batch(
-        self, items: Sequence[tuple[Image, NDArray[np.bool_], Sequence[str], Sequence[str]]]
-    ) -> list[NDArray[np.float32]]:
+    def score_batch(self, items: Sequence[ScoreItem]) -> list[NDArray[np.float32]]:
         """``score`` for many images: the crops of all images go through the image tower together,
         ``batch_size`` crops per forward pass. Same scores as ``score`` per image."""
+        return self.run_prepared([self.prepare(item) for item in items])
+
+    def prepare(self, request: ScoreItem) -> PreparedCrops:
+        """The request checked, its gray-filled crops through the evaluation transform (``preprocess``: PIL
+        resize and normalisation), on the calling thread (``negt2i.stages.base.PreparesInputs``)."""
+        from PIL import Image as PILImage
+
+        image, masks, class_names, answers = request
+        hw = check_image(image)
+        checked = check_instance_masks(masks, hw, len(class_names))
+        pixels: list[Any] = []
+        if len(class_names) and answers:
+            pixels = [self.preprocess(PILImage.fromarray(crop)) for crop in crops(image, checked)]
+        return PreparedCrops(tuple(class_names), tuple(answers), pixels)
+
+    def run_prepared(self, prepared: Sequence[PreparedCrops], /, **_: Any) -> list[NDArray[np.float32]]:
+        """Scores per prepared request: the crops of all requests through the image tower together,
+        ``batch_size`` crops per forward pass."""
         import torch
         import torch.nn.functional as F
-        from PIL import Image as PILImage
 
         from negt2i.stages._torch import precision
 
-        outs: list[NDArray[np.float32]] = []
-        owners: list[tuple[int, int]] = []  # (item, instance) of every crop, in order
-        pixels: list[Any] = []
-        for i, (image, masks, class_names, answers) in enumerate(items):
-            hw = check_image(image)
-            checked = check_instance_masks(masks, hw, len(class_names))
-            outs.append(np.zeros((len(class_names), len(answers)), dtype=np.float32))
-            if not len(class_names) or not answers:
-                continue
-            for k, crop in enumerate(crops(image, checked)):
-                owners.append((i, k))
-                pixels.append(self.preprocess(PILImage.fromarray(crop)))
+        outs = [np.zeros((len(p.class_names), len(p.answers)), dtype=np.float32) for p in prepared]
+        owners = [(i, k) for i, p in enumerate(prepared) for k in range(len(p.pixels))]  # of every crop, in order
+        pixels = [x for p in prepared for x in p.pixels]
         for start in range(0, len(pixels), self.batch_size):
             batch = torch.stack(pixels[start : start + self.batch_size]).to(self.device)
             with precision(self.device, self.dtype):
                 feats = F.normalize(self.model.encode_image(batch).float(), dim=-1)
             for j in range(feats.shape[0]):
                 i, k = owners[start + j]
-                _, _, class_names, answers = items[i]
-                text = self.text_embeddings(class_names[k], answers)
+                p = prepared[i]
+                text = self.text_embeddings(p.class_names[k], p.answers)
                 outs[i][k] = (100.0 * feats[j] @ text.T).cpu().numpy()
         return outs
 
