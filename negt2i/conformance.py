@@ -32,7 +32,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from negt2i.config import CURRENT, STAGE_RULES, RuleConfig
+from negt2i.config import CURRENT, OPTIONAL_STAGE_RULES, STAGE_RULES, RuleConfig
 from negt2i.stage_types import STAGES
 
 SEVERITY: Final = ("required", "recommended")
@@ -212,9 +212,10 @@ def run_checks(
             _expect(bool(msg.model.model), "model.model (the model's name) is empty")
             _expect(msg.limits.max_request_bytes > 0, "limits.max_request_bytes must be set")
             limits["max_request_bytes"] = int(msg.limits.max_request_bytes)
-            want = set(STAGE_RULES[stage])
-            _expect(set(msg.model.rules) == want, f"model.rules states {sorted(msg.model.rules)}, the {stage} must "
-                    f"state the rule constants it applies: {sorted(want)}")  # fmt: skip
+            want, may = set(STAGE_RULES[stage]), set(OPTIONAL_STAGE_RULES[stage])
+            _expect(want <= set(msg.model.rules) <= want | may, f"model.rules states {sorted(msg.model.rules)}, "
+                    f"the {stage} must state the rule constants it applies: {sorted(want)}"
+                    + (f" (and may state {sorted(may)})" if may else ""))  # fmt: skip
             point = ""
             if stage == "detector":
                 _expect(msg.model.HasField("operating_point"), "a detector's model.operating_point must be set")

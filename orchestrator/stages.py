@@ -68,7 +68,7 @@ import numpy as np
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
-from negt2i.config import RuleConfig, stage_rules
+from negt2i.config import RuleConfig, stage_rules, stated_stage_rules
 from negt2i.failures import StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
@@ -338,7 +338,7 @@ class RemoteStages:
             return "/info names no model"
         if self.config is not None:
             want = stage_rules(self.config, stage)
-            got = {k: float(v) for k, v in info.model.rules.items()}
+            got = stated_stage_rules(stage, dict(info.model.rules))  # optional ones at their default dropped
             if got != want:
                 return (f"the stage applies rule constants {got or 'unstated'}, this orchestrator's rules "
                         f"({self.config.name}) say {want}: start the stage with the same NEGT2I_RULES")  # fmt: skip
