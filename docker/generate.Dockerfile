@@ -61,13 +61,14 @@ RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
 
 FROM torch AS generate
 
-# The generate extra (diffusers, accelerate, transformers), the gRPC client (the serving
+# The generate extra (diffusers, accelerate, transformers), the judges extra (open_clip; the
+# judges Job, k8s/jobs/judges, runs this image), the gRPC client (the serving
 # extra without BentoML) and bitsandbytes (4-bit presets; a CUDA-only wheel), all pinned
 # in docker/constraints.txt (checked here).
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
     --mount=type=cache,target=/root/.cache/uv \
     if [ -z "$UV_DEFAULT_INDEX" ]; then unset UV_DEFAULT_INDEX; fi \
-    && python /build/requirements.py --pyproject /build/pyproject.toml --without bentoml generate serving > /build/requirements.txt \
+    && python /build/requirements.py --pyproject /build/pyproject.toml --without bentoml generate judges serving > /build/requirements.txt \
     && uv pip install -c /build/constraints.txt -r /build/requirements.txt bitsandbytes \
     && python /build/requirements.py --check-pinned /build/constraints.txt \
     && rm -rf /tmp/*

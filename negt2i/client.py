@@ -165,6 +165,8 @@ def _rich_failure(exc: Exception) -> Failure | None:
 
 
 CONNECT_TIMEOUT_S: Final = 5.0
+REFUSED_AFTER_S: Final = 2.0
+"""``wait_serving`` reports a stage refusal once every waiting health name has been refused this long."""
 """``wait_serving``: how long a health check may go unanswered before the orchestrator is called unreachable."""
 
 
@@ -262,6 +264,8 @@ class EvaluatorClient:
         self.timeout = timeout
         self.attempts = max(1, attempts)
         self.metadata = metadata(token_from_env() if token is None else token)
+        self.last_details: dict[str, str] = {}
+        """Stage -> what the last health poll said about it (``health_details``)."""
         tls = Tls.from_env() if tls is None else tls
         self.tls = tls
         self.channel = open_channel(target, max_message_bytes=max_message_bytes, tls=tls)
@@ -279,11 +283,22 @@ class EvaluatorClient:
 
     def health(self, service: str = HEALTH_SERVICE, timeout: float = 5.0) -> str:
         """The health status name (``SERVING``, ``NOT_SERVING``, ...)."""
+        return self.health_details(service, timeout)[0]
+
+    def health_details(self, service: str = HEALTH_SERVICE, timeout: float = 5.0) -> tuple[str, dict[str, str]]:
+        """The health status name and the orchestrator's details of the stages the name depends on: stage ->
+        ``refused: ...``, ``down: ...`` or ``accepted with warnings: ...`` (the ``negt2i-stage-<stage>`` trailing
+        metadata; empty from an orchestrator that sends none)."""
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+        from negt2i.wire.adapter import HEALTH_DETAILS_PREFIX
+
         stub = health_pb2_grpc.HealthStub(self.channel)
-        resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout, metadata=self.metadata)
-        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status))
+        request = health_pb2.HealthCheckRequest(service=service)
+        resp, call = stub.Check.with_call(request, timeout=timeout, metadata=self.metadata)
+        details = {str(k)[len(HEALTH_DETAILS_PREFIX) :]: str(v) for k, v in call.trailing_metadata() or ()
+                   if str(k).startswith(HEALTH_DETAILS_PREFIX)}  # fmt: skip
+        return str(health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)), details
 
     def wait_ready(self, timeout: float = 60.0, interval: float = 0.25) -> bool:
         """Poll the health service until SERVING (True) or ``timeout`` seconds passed (False)."""
@@ -307,13 +322,21 @@ class EvaluatorClient:
         connect_timeout: float = CONNECT_TIMEOUT_S,
         interval: float = 0.25,
         partial: bool = False,
+        refused_after: float = REFUSED_AFTER_S,
     ) -> list[str]:
         """Poll health until every name in ``services`` is SERVING (``needed_health`` gives the names a run
         needs); returns the names still not SERVING (empty). ``ClientError`` (UNAVAILABLE) with one clear
         sentence when nothing answers a health check within ``connect_timeout`` seconds (nothing listens, or TLS
         on one side only: ``unreachable``), or when a name is still not SERVING after ``timeout`` seconds (the
-        names are listed); with ``partial``, the names not SERVING then are returned instead when at least one
-        name is SERVING (a run judges what it can; the rest is left for a rerun)."""
+        names are listed, with what the orchestrator says about their stages); with ``partial``, the names not
+        SERVING then are returned instead when at least one name is SERVING (a run judges what it can; the rest
+        is left for a rerun).
+
+        A name that waits only for stages the orchestrator *refuses* (health details ``refused: ...``, e.g.
+        another rules file) does not wait for ``timeout``: once every waiting name has been refused for
+        ``refused_after`` seconds, the refusal is the answer (``ClientError`` naming each refused stage and
+        why, or, with ``partial`` and a name SERVING, the waiting names). ``last_details`` keeps the details
+        of the last poll (stage -> text)."""
         import time
 
         import grpc
@@ -323,23 +346,36 @@ class EvaluatorClient:
         answered = False
         last: Exception | None = None
         waiting = names
+        refused_since: float | None = None
         while True:
             left = start + timeout - time.monotonic()
             try:
                 now_waiting = []
+                refusing = True  # every waiting name waits only for refused stages
+                said: dict[str, str] = {}
                 for name in names:
                     try:
-                        status = self.health(name, timeout=max(0.1, min(5.0, left, connect_timeout)))
+                        status, details = self.health_details(name, timeout=max(0.1, min(5.0, left, connect_timeout)))
                     except grpc.RpcError as exc:
                         if exc.code() != grpc.StatusCode.NOT_FOUND:  # a name an older server does not report
                             raise
-                        status = self.health(HEALTH_SERVICE, timeout=max(0.1, min(5.0, left)))
+                        status, details = self.health_details(HEALTH_SERVICE, timeout=max(0.1, min(5.0, left)))
                     answered = True
+                    said.update(details)
                     if status != "SERVING":
                         now_waiting.append(name)
+                        refusing = refusing and any(v.startswith("refused:") for v in details.values())
                 waiting = now_waiting
+                self.last_details = said
                 if not waiting:
                     return []
+                refused_since = (refused_since or time.monotonic()) if refusing else None
+                if refused_since is not None and time.monotonic() - refused_since >= refused_after:
+                    if partial and len(waiting) < len(names):
+                        return waiting
+                    why = "; ".join(f"the {s} is {v}" for s, v in said.items() if v.startswith("refused:"))
+                    raise ClientError("UNAVAILABLE", f"the orchestrator at {self.target} refuses a stage this run "
+                                      f"needs: {why}")  # fmt: skip
             except grpc.RpcError as exc:
                 last = exc
             elapsed = time.monotonic() - start
@@ -350,8 +386,9 @@ class EvaluatorClient:
                     return waiting
                 what = ", ".join(n.rsplit("/", 2)[-2] + " " + n.rsplit("/", 1)[-1] if "/" in n else "the service"
                                  for n in waiting)  # fmt: skip
+                why = "".join(f"; {s} {v}" for s, v in self.last_details.items() if not v.startswith("accepted"))
                 raise ClientError("UNAVAILABLE", f"the orchestrator at {self.target} is not SERVING after "
-                                  f"{timeout:.0f} s (not yet serving: {what})")  # fmt: skip
+                                  f"{timeout:.0f} s (not yet serving: {what}{why})")  # fmt: skip
             time.sleep(interval)
 
     def info(self) -> evaluator_pb2.ServiceInfo:
@@ -714,6 +751,13 @@ def submit(
         # only the stages these jobs' categories need must be known (a colour-only folder runs with the
         # segmenter down); the results lines record the models of the stages the orchestrator has reached
         need = needed_stages(selected, config)
+        refused = {s.stage: s.refused for s in info.stages if s.refused and s.stage in need}
+        if refused and ("detector" in refused or len(refused) == len(need)):  # nothing could be judged
+            raise ClientError("UNAVAILABLE", "the orchestrator refuses " + "; ".join(
+                f"the {stage}: {why}" for stage, why in refused.items()))  # fmt: skip
+        for s in info.stages:  # a stage accepted on assumptions (e.g. of the contract before ModelInfo.rules)
+            for warning in s.warnings if s.stage in need else ():
+                print(f"warning: the {s.stage} {warning}", file=sys.stderr)
         missing = [s.stage for s in info.stages if not s.model.model and s.stage in need]
         if "detector" in missing or len(missing) == len(need):  # nothing could be judged
             raise ClientError("UNAVAILABLE", f"the orchestrator has not reached {', '.join(missing)} yet; retry")

@@ -228,7 +228,7 @@ def run_checks(
                 point = (
                     f", floor {op.prediction_floor:g}, suppression {op.suppression}, input {op.input_size or 'native'}"
                 )
-            limits["digest"] = adapter.model_info_from_proto(msg.model).digest()
+            limits["digest"] = msg.model_digest or adapter.model_info_from_proto(msg.model).digest()
             limits["ready"] = bool(msg.ready)
             limits["content_types"] = list(msg.content_types)
             limits["features"] = list(msg.features)

@@ -144,6 +144,20 @@ def _orientation(img: PILImage.Image) -> int:
 _ORIENTATION_TAG: Final = 0x0112
 
 
+def orientation(data: bytes) -> int:
+    """The EXIF orientation of encoded image bytes as ``decode_image`` reads it (1: upright as stored, also for
+    bytes it cannot read); only the header and the EXIF block are parsed, never the pixels."""
+    from PIL import Image as PILImage
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PILImage.DecompressionBombWarning)
+            with PILImage.open(io.BytesIO(data), formats=list(ACCEPTED_FORMATS)) as img:
+                return _orientation(img) if _orientation(img) in _ORIENTATION else 1
+    except Exception:  # not an image decode_image accepts: it reports why
+        return 1
+
+
 def _why(exc: BaseException) -> str:
     """``str(exc)`` cut to one short line, or the exception's type when it has no text."""
     text = " ".join(str(exc).split())[:200]

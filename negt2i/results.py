@@ -108,7 +108,13 @@ def error_record(
     sha256: str | None = None,
     metadata: str | None = None,
 ) -> dict[str, Any]:
-    """The results line of an image that could not be judged (never correct)."""
+    """The results line of an image that could not be judged (never correct).
+
+    Without a prompt (``prompt_id`` None: a folder with a missing or invalid ``metadata.jsonl``) the line
+    cannot be placed in any cell: ``tag``, ``correct`` and ``metadata`` are ``null``, so that GenEval's
+    ``summary_scores.py`` leaves it out of its tasks, images and prompts exactly as ``negt2i report`` does
+    (pandas drops null group keys and skips nulls in ``mean``)."""
+    placed = prompt_id is not None
     return {
         MARKER_KEY: MARKER,
         "filename": filename,
@@ -118,11 +124,11 @@ def error_record(
         "error": error,
         "error_kind": error_kind or kind_of(error),
         "prompt_id": prompt_id,
-        "tag": tag,
+        "tag": tag if placed or tag else None,
         "prompt": prompt,
         "category": category,
         "setting": setting,
-        "correct": False,
+        "correct": False if placed else None,
         "reason": error,
         "metadata": metadata if metadata is not None else prompt_metadata(None, prompt_id),
         "details": json.dumps({}),

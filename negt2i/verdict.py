@@ -31,6 +31,15 @@ whatever the polarity: ``holds`` (the requested value / predicate fired),
 ``not`` (evaluated, and it did not fire) or ``null`` (not evaluated: an object
 is missing or mis-counted).
 
+The continuous score (``score``) is the share of satisfied elements, the definition of the paper's
+continuous human score (Section 4, Appendix B.1: one element per named object and one per statement):
+
+    score = (#{objects present with a valid count} + #{statements passed}) / (#objects + #statements)
+
+A statement over a missing or mis-counted object is not evaluated and so not passed: a missing object
+costs its own element and every statement that refers to it (no reward for omission). Probes never
+count. ``score == 1.0`` iff ``correct``.
+
 Row-level failure class of an incorrect image (Appendix E.2), first match wins:
 ``undetected_object`` (any named object missing or under-counted),
 ``over_count``, then by the polarity of the violated statements
@@ -41,6 +50,7 @@ Row-level failure class of an incorrect image (Appendix E.2), first match wins:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
@@ -186,6 +196,29 @@ class Verdict(_Model):
     """The prompt's ``source_id`` (control and paraphrase prompts)."""
     form: str | None = None
     """The prompt's ``form`` (paraphrases)."""
+    score: float = Field(default=0.0, ge=0.0, le=1.0)
+    """The continuous score, the share of satisfied elements (``element_score``; module docstring).
+    Always ``element_score(objects, statements)``: filled when absent, refused when it disagrees."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_score(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("score") is None:
+            objects = [_raw_ok(o) for o in data.get("objects", [])]
+            passed = [
+                s.passed if isinstance(s, StatementVerdict) else bool(s["passed"]) for s in data.get("statements", [])
+            ]
+            return {**data, "score": _share(objects + passed)}
+        return data
+
+    @model_validator(mode="after")
+    def _check_score(self) -> Verdict:
+        expected = element_score(self.objects, self.statements)
+        if not math.isclose(self.score, expected, rel_tol=0.0, abs_tol=1e-9):
+            raise ValueError(f"score {self.score!r} contradicts objects / statements (expected {expected!r})")
+        if (self.score == 1.0) != self.correct:
+            raise ValueError(f"score {self.score!r} contradicts correct={self.correct}")
+        return self
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (aliases used, e.g. ``class``); ``probes`` / ``source_id`` / ``form`` only when set."""
@@ -197,6 +230,24 @@ class Verdict(_Model):
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), separators=(",", ":"), ensure_ascii=False)
+
+
+def element_score(objects: Sequence[ObjectVerdict], statements: Sequence[StatementVerdict]) -> float:
+    """The share of satisfied elements (module docstring): ok objects plus passed statements, over both.
+
+    ``1.0`` for a prompt with no element (none in the corpus: every prompt names an object)."""
+    return _share([o.ok for o in objects] + [s.passed for s in statements])
+
+
+def _share(satisfied: Sequence[bool]) -> float:
+    return sum(satisfied) / len(satisfied) if satisfied else 1.0
+
+
+def _raw_ok(o: ObjectVerdict | dict[str, Any]) -> bool:
+    """``ObjectVerdict.ok`` of a verdict being validated (its objects may still be plain dicts)."""
+    if isinstance(o, ObjectVerdict):
+        return o.ok
+    return bool(o["present"]) and not o["over_count"] and not o["under_count"]
 
 
 def object_measurements(sel: InstanceSelection, perception: ImagePerception, config: RuleConfig) -> dict[str, Any]:

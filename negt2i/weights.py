@@ -21,6 +21,7 @@ and says how to fetch it.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -77,6 +78,8 @@ class WeightsEntry:
     as ``torch.hub`` checks them), checked when present."""
     size_mb: int = 0
     """Approximate download size."""
+    patterns: tuple[str, ...] = ()
+    """Glob patterns of further repository files to fetch (a judge's weight shards, ``*.safetensors``)."""
 
 
 WEIGHTS: Final[dict[str, WeightsEntry]] = {
@@ -145,6 +148,49 @@ WEIGHTS: Final[dict[str, WeightsEntry]] = {
 """The paper's models (Table 15), then the ablation detector (Appendix D), by backend name."""
 
 
+_HF_MODEL_FILES: Final = ("*.safetensors", "*.json", "*.txt", "*.jinja", "*.py", "tokenizer.model")
+"""What a transformers judge needs from its repository: weight shards, configs, tokenizer, chat template."""
+
+
+def _judge(name: str, repo: str, size_mb: int) -> WeightsEntry:
+    return WeightsEntry(
+        name=name,
+        stage="judge",
+        model=repo,
+        source="hf",
+        repo=repo,
+        revision="main",
+        files=("config.json", "model.safetensors.index.json", "preprocessor_config.json", "tokenizer_config.json"),
+        main_file="model.safetensors.index.json",
+        size_mb=size_mb,
+        patterns=_HF_MODEL_FILES,
+    )
+
+
+JUDGE_WEIGHTS: Final[dict[str, WeightsEntry]] = {
+    e.name: e
+    for e in (
+        _judge("qwen2.5-vl-7b", "Qwen/Qwen2.5-VL-7B-Instruct", 16600),
+        _judge("qwen3-vl-8b", "Qwen/Qwen3-VL-8B-Instruct", 17500),
+        _judge("internvl3.5-8b", "OpenGVLab/InternVL3_5-8B-HF", 17000),
+        WeightsEntry(
+            name="clipscore-vit-b-32",
+            stage="judge",
+            model="ViT-B-32/openai",
+            source="hf",
+            repo="timm/vit_base_patch32_clip_224.openai",
+            revision="main",
+            files=("open_clip_config.json", "open_clip_model.safetensors"),
+            main_file="open_clip_model.safetensors",
+            size_mb=610,
+        ),
+    )
+}
+"""The judges of the agreement study (Section 4, issue 23; ``negt2i judges list``), by judge name. Kept apart
+from ``WEIGHTS`` (the evaluator's models): ``negt2i weights fetch NAME`` fetches one, ``--judges`` all of them,
+and ``--all`` still means the evaluator's models only (the judges are ~50 GB)."""
+
+
 def weights_dir(path: str | Path | None = None) -> Path:
     """The weights cache: ``path``, else ``NEGT2I_WEIGHTS_DIR``, else ``~/.cache/negt2i/weights``."""
     if path is not None and str(path) != "":
@@ -156,9 +202,9 @@ def weights_dir(path: str | Path | None = None) -> Path:
 def entry(name: str) -> WeightsEntry:
     """The table entry of a backend; the error lists the known names."""
     try:
-        return WEIGHTS[name]
+        return WEIGHTS[name] if name in WEIGHTS else JUDGE_WEIGHTS[name]
     except KeyError:
-        raise ValueError(f"no weights for {name!r}; known: {', '.join(WEIGHTS)}") from None
+        raise ValueError(f"no weights for {name!r}; known: {', '.join([*WEIGHTS, *JUDGE_WEIGHTS])}") from None
 
 
 def file_digest(path: Path, algorithm: str = "sha256") -> str:
@@ -210,8 +256,8 @@ def require(names: Iterable[str], path: str | Path | None = None) -> None:
     root = weights_dir(path)
     missing: dict[str, list[str]] = {}
     for name in names:
-        if name in WEIGHTS:
-            gone = missing_files(WEIGHTS[name], root)
+        if name in WEIGHTS or name in JUDGE_WEIGHTS:
+            gone = missing_files(entry(name), root)
             if gone:
                 missing[name] = gone
     if missing:
@@ -336,6 +382,7 @@ def _download_hf(e: WeightsEntry, folder: Path) -> str:
     revision = str(info.sha or e.revision)
     available = {s.rfilename for s in (info.siblings or [])}
     wanted = list(e.files) + [f for f in e.extra_patterns if f in available]
+    wanted += sorted(f for f in available if f not in wanted and any(fnmatch.fnmatch(f, p) for p in e.patterns))
     for rel in wanted:
         hf_hub_download(e.repo, rel, revision=revision, local_dir=folder)
     return revision

@@ -13,6 +13,14 @@ Health (``grpc.health.v1.Health``, ``protos/grpc/health/v1/health.proto``), one 
 Stages are polled every ``health_interval_s``; ``List`` returns every name with its status. On shutdown
 every name turns NOT_SERVING.
 
+Details: health statuses carry no text, so every ``Check`` / ``List`` answer carries, as trailing metadata,
+one ``negt2i-stage-<stage>`` entry per stage the name depends on that has something to say: why it is
+refused (``refused: ...``, e.g. rule constants other than the orchestrator's) or down (``down: ...``), or
+the warnings it was accepted with (``accepted with warnings: ...``, a stage of the contract before
+``ModelInfo.rules``). ``negt2i submit`` reads them to say at once which stage is refused and why;
+``grpcurl -v`` prints them (``Response trailers received``). ``GetServiceInfo`` has the same per stage
+(``StageService.refused`` / ``warnings``).
+
 Reflection: both ``grpc.reflection.v1.ServerReflection`` (what current tools ask first: grpcurl, the
 npm reflection clients) and the older ``grpc.reflection.v1alpha.ServerReflection``. grpcio-reflection
 implements only v1alpha; the two protocols are the same messages under another package name, so the v1
@@ -35,6 +43,7 @@ from negt2i.config import RuleConfig
 from negt2i.plan import category_stages
 from negt2i.stage_types import STAGES
 from negt2i.vocab import Category
+from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
 
 log = logging.getLogger("negt2i.orchestrator")
@@ -46,6 +55,9 @@ REFLECTION_V1: Final = "grpc.reflection.v1.ServerReflection"
 REFLECTION_V1ALPHA: Final = "grpc.reflection.v1alpha.ServerReflection"
 _V1_FILE: Final = "grpc/reflection/v1/reflection.proto"
 
+DETAILS_PREFIX: Final = adapter.HEALTH_DETAILS_PREFIX
+"""Trailing metadata key prefix of the health details: ``negt2i-stage-<stage>``."""
+MAX_DETAIL_CHARS: Final = 2000
 SERVING: Final = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING: Final = health_pb2.HealthCheckResponse.NOT_SERVING
 
@@ -72,12 +84,48 @@ def health_statuses(up: dict[str, bool], config: RuleConfig) -> dict[str, int]:
     return out
 
 
+def _metadata_text(text: str) -> str:
+    """``text`` as a metadata value: printable ASCII, bounded."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in text)
+    return clean if len(clean) <= MAX_DETAIL_CHARS else clean[: MAX_DETAIL_CHARS - 3] + "..."
+
+
+def name_stages(name: str, config: RuleConfig | None) -> tuple[str, ...]:
+    """The stages a health name depends on (every stage for the whole server and unknown names)."""
+    prefix = f"{SERVICE_NAME}/"
+    if name.startswith(prefix + "stage/") and name.rsplit("/", 1)[1] in STAGES:
+        return (name.rsplit("/", 1)[1],)
+    if name.startswith(prefix + "category/") and config is not None:
+        try:
+            return tuple(category_stages(Category(name.rsplit("/", 1)[1]), config))
+        except ValueError:
+            return tuple(STAGES)
+    return tuple(STAGES)
+
+
 class Health(HealthServicer):  # type: ignore[misc]
-    """grpcio-health-checking's servicer plus ``List`` (which it does not implement)."""
+    """grpcio-health-checking's servicer plus ``List`` (which it does not implement) and the stage details
+    in the trailing metadata of ``Check`` and ``List`` (see the module docstring)."""
+
+    def __init__(self, config: RuleConfig | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.details: dict[str, str] = {}
+        """Stage -> why it is refused or down, or its warnings (``RemoteStages.details``)."""
+
+    def _trailers(self, stages: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+        details = dict(self.details)
+        return tuple((DETAILS_PREFIX + s, _metadata_text(details[s])) for s in stages if s in details)
+
+    async def Check(self, request: Any, context: Any) -> Any:
+        """The name's status (grpcio's), with the details of the stages it depends on as trailing metadata."""
+        context.set_trailing_metadata(self._trailers(name_stages(request.service, self.config)))
+        return await super().Check(request, context)
 
     async def List(self, request: Any, context: Any) -> Any:
-        """Every name the server reports, with its status."""
-        del request, context
+        """Every name the server reports, with its status (every stage's details as trailing metadata)."""
+        del request
+        context.set_trailing_metadata(self._trailers(tuple(STAGES)))
         statuses = {name: health_pb2.HealthCheckResponse(status=s) for name, s in self._server_status.items()}
         return health_pb2.HealthListResponse(statuses=statuses)
 
@@ -113,12 +161,18 @@ async def watch_health(stages: Any, health: Health, interval_s: float, config: R
     while True:
         states = await asyncio.gather(*(poll(s) for s in STAGES))
         up = dict(zip(STAGES, states, strict=True))
+        details = getattr(stages, "details", None)
+        if callable(details):
+            health.details = details()
         if up != last:
             await set_all(health, health_statuses(up, config))
             down = [s for s in STAGES if not up[s]]
             now = not down
             log.info("health: %s%s", "SERVING" if now else "NOT_SERVING",
                      f" (waiting for {', '.join(down)})" if down else "")  # fmt: skip
+            for stage in down:  # why, as the health details say it
+                if stage in health.details:
+                    log.info("health: the %s is %s", stage, health.details[stage])
             last = up
         await asyncio.sleep(interval_s)
 

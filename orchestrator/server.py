@@ -126,7 +126,13 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         image = await self._image(request)
         data = request.image.data
         hw = (int(image.shape[0]), int(image.shape[1]))
-        det, detector = await self.stages.detect(data, hw, deadline, flow.detector_request(prompt, self.config))
+        sent: dict[str, bytes] = {}  # upright bytes for stages that do not apply the EXIF orientation
+
+        async def to(stage: str) -> bytes:
+            return await self.stages.image_for(stage, data, image, sent)
+
+        wanted = flow.detector_request(prompt, self.config)
+        det, detector = await self.stages.detect(await to("detector"), hw, deadline, wanted)
         served: dict[str, common_pb2.StageService] = {"detector": detector}
         # the flow's checks and judging (distance transforms over whole masks) run on a worker thread,
         # never on the event loop
@@ -135,12 +141,14 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         )
         calls: dict[str, Any] = {}
         if req.refine is not None:
-            calls["refined"] = self.stages.segment(data, req.refine.boxes, req.refine.reference_masks, hw, deadline)
+            r = req.refine
+            calls["refined"] = self.stages.segment(await to("segmenter"), r.boxes, r.reference_masks, hw, deadline)
         if req.attributes is not None:
             a = req.attributes
-            calls["scores"] = self.stages.attributes(data, a.masks, list(a.class_names), a.answers, deadline)
+            names = list(a.class_names)
+            calls["scores"] = self.stages.attributes(await to("attributes"), a.masks, names, a.answers, deadline)
         if req.depth:
-            calls["disparity"] = self.stages.depth(data, hw, deadline)
+            calls["disparity"] = self.stages.depth(await to("depth"), hw, deadline)
         answers: dict[str, Any] = {}
         for name, (value, service) in zip(calls, await _gather_all(list(calls.values())), strict=True):
             answers[name] = value
@@ -366,7 +374,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             orchestrator_version=__version__,
             rules_name=self.config.name,
             rules_digest=self.config.digest(),
-            stages=[self.stages.service(s) for s in STAGES],
+            stages=[self.stages.status(s) for s in STAGES],
             limits=self._limits(),
             corpus_prompts=len(self.corpus),
             rules_json=json.dumps(self.config.record(), separators=(",", ":")),
@@ -487,6 +495,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         depth_encoding=settings.depth_encoding,
         bodies=settings.stage_bodies,
         config=config,
+        strict=settings.strict_stages,
     )
     options = [
         # gRPC ends a call whose message is over this; up to it, guard answers an oversized item on its own
@@ -514,7 +523,7 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     server = grpc.aio.server(options=options, interceptors=interceptors)
     evaluator = Evaluator(settings, stages, config, corpus)
     guard.add_evaluator(evaluator, server, settings.max_message_bytes)
-    health = discovery.Health()
+    health = discovery.Health(config)
     await discovery.set_all(health, discovery.health_statuses({}, config))  # NOT_SERVING until polled
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     if settings.reflection:
@@ -526,9 +535,11 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         raise SystemExit(f"orchestrator: cannot listen on {address} (in use?): {exc}") from None
     await server.start()
     log.info("orchestrator %s listening on %s:%d (%s%s; rules %s, %d corpus prompts; in-flight budget %d MiB, "
-             "%d items at once)", __version__, settings.host, bound, "TLS" if credentials else "plaintext",
+             "%d items at once; strict stages %s)",
+             __version__, settings.host, bound, "TLS" if credentials else "plaintext",
              ", token" if settings.auth_token else "", config.name, len(corpus),
-             evaluator.admission.budget >> 20, evaluator.admission.max_active)  # fmt: skip
+             evaluator.admission.budget >> 20, evaluator.admission.max_active,
+             "on" if settings.strict_stages else "off")  # fmt: skip
     print(f"orchestrator listening on {settings.host}:{bound}", flush=True)
     watcher = asyncio.create_task(discovery.watch_health(stages, health, settings.health_interval_s, config))
     stop = asyncio.Event()

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from negt2i.stage_identity import strict_from_env
 from negt2i.stage_types import STAGES
 
 DEFAULT_URLS: Final[dict[str, str]] = {
@@ -86,6 +87,9 @@ class Settings:
     """Bearer token every call except health checks must carry (``authorization: Bearer <token>``)."""
     reflection: bool = False
     """Serve gRPC reflection (opt-in: it lists the API to anyone who can connect)."""
+    strict_stages: bool = False
+    """Refuse a stage whose ``/info`` leaves its rule constants or operating point unstated (a stage of the
+    contract before them); off: accepted with a warning (``negt2i.stage_identity``, docs/stage-contract.md)."""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -122,6 +126,7 @@ class Settings:
             tls_client_ca=e.get("NEGT2I_TLS_CLIENT_CA", d.tls_client_ca),
             auth_token=_token(e),
             reflection=e.get("NEGT2I_REFLECTION", "0").strip().lower() in {"1", "true", "yes", "on"},
+            strict_stages=strict_from_env(e),
         )
 
     @classmethod
@@ -151,6 +156,9 @@ class Settings:
         p.add_argument("--tls-key", default=base.tls_key, help="PEM server key [NEGT2I_TLS_KEY]")
         p.add_argument("--tls-client-ca", default=base.tls_client_ca, help="require client certs signed by this CA")
         p.add_argument("--reflection", action="store_true", default=base.reflection, help="serve gRPC reflection")
+        p.add_argument("--strict-stages", action=argparse.BooleanOptionalAction, default=base.strict_stages,
+                       help="refuse stages that leave their rules or operating point unstated "
+                       "[NEGT2I_STRICT_STAGES]")  # fmt: skip
         a = p.parse_args(argv)
         return dataclasses.replace(
             base,
@@ -160,6 +168,7 @@ class Settings:
             tls_key=a.tls_key,
             tls_client_ca=a.tls_client_ca,
             reflection=a.reflection,
+            strict_stages=a.strict_stages,
             host=a.host,
             port=a.port,
             urls={s: getattr(a, f"{s}_url").rstrip("/") for s in STAGES},

@@ -58,6 +58,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,10 +69,12 @@ import numpy as np
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
-from negt2i.config import RuleConfig, stage_rules, stated_stage_rules
+from negt2i import images
+from negt2i.config import RuleConfig
 from negt2i.failures import StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
+from negt2i.stage_identity import StageCheck, check_model_info
 from negt2i.stage_types import ModelInfo
 from negt2i.stages.common import filter_detections
 from negt2i.wire import adapter
@@ -88,6 +91,8 @@ HEALTH_CONNECTIONS: Final = 4
 """Connections of each stage's health client (``/readyz`` and ``/info``)."""
 RETRY_STATUS: Final = frozenset({502, 503, 504})
 BUSY_STATUS: Final = frozenset({429, 503})
+_DIGEST: Final = re.compile(r"[0-9A-Za-z._:-]{1,64}")
+"""What ``StageInfo.model_digest`` may be."""
 _JSON: Final = {"content-type": adapter.JSON_TYPE}
 _BINARY: Final = {"content-type": adapter.PROTOBUF_TYPE, "accept": adapter.PROTOBUF_TYPE}
 
@@ -147,9 +152,12 @@ class RemoteStages:
         bodies: str = "auto",
         client: httpx.AsyncClient | None = None,
         config: RuleConfig | None = None,
+        strict: bool = False,
     ) -> None:
         """``config``: the rule config whose stage constants every stage's ``/info`` must report (None: not
-        checked). ``bodies``: ``auto`` (binary where a stage lists it) or ``json`` (always JSON)."""
+        checked). ``strict``: refuse a stage that leaves its rules or operating point unstated (else it is
+        accepted with warnings, ``negt2i.stage_identity``). ``bodies``: ``auto`` (binary where a stage lists
+        it) or ``json`` (always JSON)."""
         if bodies not in ("auto", "json"):
             raise ValueError(f"bodies must be 'auto' or 'json', got {bodies!r}")
         self.bodies = bodies
@@ -179,6 +187,9 @@ class RemoteStages:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.wire = WireStats()
         self.config = config
+        self.strict = strict
+        self.warnings: dict[str, tuple[str, ...]] = {}
+        """Stage -> what is assumed about it because its ``/info`` does not state it (``StageCheck.warnings``)."""
         self.infos: dict[str, stages_pb2.StageInfo] = {}
         self.digests: dict[str, str] = {}
         self.problems: dict[str, str] = {}
@@ -328,21 +339,20 @@ class RemoteStages:
         self._mark(stage, why)
         return not why
 
-    def check_info(self, stage: str, info: stages_pb2.StageInfo) -> str:
-        """Why ``info`` is not acceptable for ``stage`` (empty when it is)."""
+    def check_info(self, stage: str, info: stages_pb2.StageInfo) -> StageCheck:
+        """Whether ``info`` is acceptable for ``stage``: its contract, then the one model check both paths
+        run (``negt2i.stage_identity.check_model_info``: stage, model, stated rules, operating point)."""
         if info.contract != adapter.CONTRACT:
-            return f"/info names contract {info.contract!r}, expected {adapter.CONTRACT!r}"
-        if info.model.stage != stage:
-            return f"/info names stage {info.model.stage!r}, but this URL is the {stage}"
-        if not info.model.model:
-            return "/info names no model"
-        if self.config is not None:
-            want = stage_rules(self.config, stage)
-            got = stated_stage_rules(stage, dict(info.model.rules))  # optional ones at their default dropped
-            if got != want:
-                return (f"the stage applies rule constants {got or 'unstated'}, this orchestrator's rules "
-                        f"({self.config.name}) say {want}: start the stage with the same NEGT2I_RULES")  # fmt: skip
-        return ""
+            return StageCheck(f"/info names contract {info.contract!r}, expected {adapter.CONTRACT!r}")
+        if info.model_digest and not _DIGEST.fullmatch(info.model_digest):
+            why = f"/info's model_digest {info.model_digest[:80]!r} is not 1 to 64 characters [0-9A-Za-z._:-]"
+            return StageCheck(why)
+        model = adapter.model_info_from_proto(info.model)
+        if self.config is None:  # no rules to hold the stage to (tests of the transport alone)
+            if model.stage != stage:
+                return StageCheck(f"its model info names stage {model.stage!r}, but it serves the {stage}")
+            return StageCheck("" if model.model else "its model info names no model (ModelInfo.model)")
+        return check_model_info(stage, model, self.config, strict=self.strict)
 
     async def read_info(self, stage: str, timeout_s: float = 2.0) -> bool | None:
         """Read and validate ``GET /info``; True when it is valid (its model is then the stage's record),
@@ -354,21 +364,26 @@ class RemoteStages:
         if r.status_code != 200:
             return False
         info = stages_pb2.StageInfo()
+        check = StageCheck()
         try:
             info = adapter.from_json(r.json(), stages_pb2.StageInfo)
             adapter.model_info_from_proto(info.model)
         except (ValueError, adapter.WireError) as exc:
             problem = f"/info is not a valid StageInfo ({exc})"
         else:
-            problem = self.check_info(stage, info)
+            check = self.check_info(stage, info)
+            problem = check.problem
         if problem:
             if self.problems.get(stage) != problem:
                 log.error("%s at %s refused: %s", stage, self.urls[stage], problem)
             self.problems[stage] = problem
             return False
-        self.problems.pop(stage, None)
+        if self.problems.pop(stage, None) is not None or self.warnings.get(stage) != check.warnings:
+            for warning in check.warnings:  # once per change, not every poll
+                log.warning("%s at %s accepted with a warning: %s", stage, self.urls[stage], warning)
+        self.warnings[stage] = check.warnings
         self.infos[stage] = info
-        self.digests[stage] = adapter.model_info_from_proto(info.model).digest()
+        self.digests[stage] = info.model_digest or adapter.model_info_from_proto(info.model).digest()
         return True
 
     async def served_by(self, stage: str, digest: str) -> common_pb2.StageService:
@@ -390,8 +405,31 @@ class RemoteStages:
         info = self.infos.get(stage)
         model = info.model if info is not None else common_pb2.ModelInfo(stage=stage)
         return common_pb2.StageService(
-            stage=stage, url=self.urls[stage], model=model, contract=info.contract if info else ""
+            stage=stage,
+            url=self.urls[stage],
+            model=model,
+            contract=info.contract if info else "",
+            warnings=self.warnings.get(stage, ()),
         )
+
+    def status(self, stage: str) -> common_pb2.StageService:
+        """``service(stage)`` with why it is refused now (``StageService.refused``): ``GetServiceInfo``."""
+        record = self.service(stage)
+        record.refused = self.problems.get(stage, "")
+        return record
+
+    def details(self) -> dict[str, str]:
+        """Stage -> what a user should know about it now: why it is refused or down, or its warnings
+        (stages with nothing to say are left out); the orchestrator's health details."""
+        out: dict[str, str] = {}
+        for stage in self.urls:
+            if stage in self.problems:
+                out[stage] = f"refused: {self.problems[stage]}"
+            elif stage in self.down:
+                out[stage] = f"down: {self.down[stage]}"
+            elif self.warnings.get(stage):
+                out[stage] = "accepted with warnings: " + "; ".join(self.warnings[stage])
+        return out
 
     def model_info(self, stage: str) -> ModelInfo:
         """The core ``ModelInfo`` of a stage."""
@@ -544,6 +582,22 @@ class RemoteStages:
                 await self.read_info(stage)
         info = self.infos.get(stage)
         return frozenset(info.features) if info is not None else frozenset()
+
+    async def image_for(self, stage: str, data: bytes, pixels: NDArray[np.uint8], cache: dict[str, bytes]) -> bytes:
+        """The image bytes to send ``stage``: the client's bytes, unchanged, to a stage whose ``/info`` lists
+        ``image.exif_orientation`` (it applies the EXIF orientation as the orchestrator does) and for an image
+        without one; else (a stage of the contract before the decoder applied it) the upright ``pixels``
+        (decoded by the orchestrator) as a lossless PNG, made once per item (``cache``), so every stage sees
+        the pixels the verdict is judged in."""
+        if adapter.FEATURE_EXIF_ORIENTATION in await self.features(stage):
+            return data
+        if "upright" not in cache:
+
+            def upright() -> bytes:  # on a worker thread: the header walk and the PNG encoding
+                return data if images.orientation(data) == 1 else adapter.encode_png(pixels)
+
+            cache["upright"] = await asyncio.to_thread(upright)
+        return cache["upright"]
 
     async def detect(
         self, image: bytes, shape_hw: tuple[int, int], deadline: float, request: DetectRequest | None = None

@@ -87,6 +87,40 @@ setup_chromium() {
 }
 setup_chromium
 
+# Debian's Go toolchain for the Go client test (tests/clients/test_go_client.py: stubs generated from the
+# shipped protos and a small client built offline against Debian's Go packages, docs/api.md "Go"). In CI it
+# is installed with apt-get when missing (root and apt-get needed) and its absence is an error; elsewhere its
+# absence is reported and that test is skipped. golang-github-golang-protobuf-1-5-dev replaces the 1.3
+# package grpc-go 1.33 pulls in (with 1.3 every call panics: docs/api.md).
+GO_PACKAGES=(golang-go protobuf-compiler protoc-gen-go protoc-gen-go-grpc golang-google-grpc-dev
+    golang-google-protobuf-dev golang-google-genproto-dev golang-github-golang-protobuf-1-5-dev)
+setup_go() {
+    local have=1
+    for tool in go protoc protoc-gen-go protoc-gen-go-grpc; do
+        command -v "$tool" >/dev/null 2>&1 || have=0
+    done
+    local src=/usr/share/gocode/src
+    [ -d $src/google.golang.org/grpc ] && [ -d $src/google.golang.org/genproto/googleapis/rpc ] || have=0
+    grep -q protoimpl $src/github.com/golang/protobuf/proto/proto.go 2>/dev/null || have=0  # 1.4 or later
+    [ "$have" = 1 ] && return 0
+    case "${CI:-}" in
+        1 | true | TRUE | True | yes)
+            if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+                echo "setup: apt-get install Debian's Go toolchain (Go client test)"
+                apt-get update -qq
+                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${GO_PACKAGES[@]}" >/dev/null
+                return 0
+            fi
+            echo "setup: Debian's Go toolchain not found and not installable here; CI needs it for" \
+                "tests/clients/test_go_client.py (apt-get install ${GO_PACKAGES[*]})" >&2
+            exit 1
+            ;;
+    esac
+    echo "setup: Debian's Go toolchain not found: the Go client test will be skipped" \
+        "(apt-get install ${GO_PACKAGES[*]})" >&2
+}
+setup_go
+
 if [ -x .venv/bin/python ] && [ -n "${PYTHON:-}" ]; then
     want=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     have=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')

@@ -432,7 +432,7 @@ def test_workers_give_the_same_file_on_hundreds_of_images(many: Path, tmp_path: 
     kinds = Counter(r["error_kind"] for r in rows if r["status"] == "error")
     assert kinds == {"unreadable_image": 1, "missing_metadata": 3}
     assert {r["category"] for r in rows} >= {"color", "material", "directional", "proximity", "comparative", "depth"}
-    assert 0 < sum(r["correct"] for r in rows) < 296
+    assert 0 < sum(bool(r["correct"]) for r in rows) < 296  # null on the 3 lines without a prompt
 
 
 def test_a_run_interrupted_twice_resumes_to_the_uninterrupted_file(many: Path, tmp_path: Path):

@@ -334,6 +334,59 @@ def test_geneval_summary_fields_and_groupings(tmp_path: Path):
     assert tags.mean() == pytest.approx(ours.image_accuracy)  # GenEval's "avg. over tasks" = mean over categories
 
 
+def _geneval_summary(pd, path: Path) -> dict[str, object]:
+    """What GenEval's evaluation/summary_scores.py prints, computed as it computes it (pandas)."""
+    df = pd.read_json(path, orient="records", lines=True)
+    tasks = {tag: task["correct"].mean() for tag, task in df.groupby("tag", sort=False)}
+    return {
+        "images": len(df),
+        "prompts": df.groupby("metadata").ngroups,
+        "correct_images": df["correct"].mean(),
+        "correct_prompts": df.groupby("metadata")["correct"].any().mean(),
+        "tasks": tasks,
+        "overall": float(np.mean(list(tasks.values()))),
+    }
+
+
+def test_geneval_agrees_with_the_report_on_files_with_error_lines(tmp_path: Path, capsys):
+    """Error lines of known prompts carry their tag and metadata (GenEval counts them as incorrect images of
+    their task, as we do); error lines without a prompt (a folder without metadata.jsonl, one with an invalid
+    one) have null tag, correct and metadata, so GenEval leaves them out as our report does: no task named
+    "" at 0 %, and "% correct images" over the placed images only (issue 29, item 7)."""
+    pd = pytest.importorskip("pandas")
+    root = tmp_path / "images"
+    write_demo(root, prompts=24, samples=2, seed=9, size=64)
+    (root / "00003" / "samples" / "0001.png").write_bytes(b"")  # an error line of a known prompt
+    sample = next((root / "00000" / "samples").iterdir()).read_bytes()
+    for folder, metadata in (("00090", None), ("00091", "{not json")):
+        (root / folder / "samples").mkdir(parents=True)
+        for k in range(2):
+            (root / folder / "samples" / f"{k:04d}.png").write_bytes(sample)
+        if metadata is not None:
+            (root / folder / "metadata.jsonl").write_text(metadata)
+    out = tmp_path / "r.jsonl"
+    _evaluate(root, out)
+    lines = list(read_results(out))
+    unplaced = [ln for ln in lines if ln["status"] == "error" and ln["prompt_id"] is None]
+    assert len(unplaced) == 4 and all(ln["tag"] is None and ln["correct"] is None for ln in unplaced)
+    known = [ln for ln in lines if ln["status"] == "error" and ln["prompt_id"] is not None]
+    assert len(known) == 1 and known[0]["tag"] and known[0]["correct"] is False and known[0]["metadata"]
+    from negt2i.metrics.totals import file_totals
+
+    ours = file_totals(out)
+    assert (ours.images, ours.unplaced, ours.scored) == (52, 4, 48)
+    geneval = _geneval_summary(pd, out)
+    assert "" not in geneval["tasks"] and set(geneval["tasks"]) == {
+        "color", "material", "comparative", "depth", "directional", "proximity"}  # fmt: skip
+    assert geneval["correct_images"] == pytest.approx(ours.correct / ours.scored)
+    assert geneval["prompts"] == ours.prompts == 24
+    assert geneval["correct_prompts"] == pytest.approx(ours.prompt_accuracy)
+    assert geneval["overall"] == pytest.approx(ours.image_accuracy)  # mean over the six (balanced) tasks
+    assert main(["report", str(out), "--out", str(tmp_path / "rep"), "--no-plots", "--bootstrap", "10"]) == 0
+    printed = capsys.readouterr()
+    assert "4 without a prompt id are left out" in printed.out + printed.err
+
+
 def test_unwritable_results_file_errors_are_results_file_errors(tmp_path: Path):
     out = tmp_path / "r.jsonl"
     with ResultsWriter(out), pytest.raises(ResultsFileError, match="being written by another"):

@@ -37,6 +37,7 @@ COMMANDS: tuple[str, ...] = (
     "negt2i.cli.generate_cmd",
     "negt2i.cli.calibrate_cmd",
     "negt2i.cli.ablate_cmd",
+    "negt2i.cli.judges_cmd",
 )
 
 

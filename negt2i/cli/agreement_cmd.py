@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from negt2i.metrics.agreement import ABSENT_RULES, LOO_TIES
@@ -38,9 +39,9 @@ def register(sub: Any) -> None:
         "--ours-cost",
         type=_cost,
         default=None,
-        metavar="PARAMS,GIB,S_IMG",
-        help="NegT2IBench's cost columns of Table 2, e.g. 1.24B,6.3,0.78 (judges' come from their files' params, "
-        "gpu_gib and seconds fields)",
+        metavar="PARAMS,GIB,S_IMG|FILE.json",
+        help="NegT2IBench's cost columns of Tables 2 and 8: e.g. 1.24B,6.3,0.78, or the JSON file "
+        "benchmarks/bench_cost.py writes (judges' come from their files' params, gpu_gib and seconds fields)",
     )
     p.add_argument(
         "--allow-partial",
@@ -58,6 +59,8 @@ def register(sub: Any) -> None:
 
 
 def _cost(text: str) -> dict[str, Any]:
+    if text.endswith(".json"):
+        return _cost_file(text)
     parts = text.split(",")
     if len(parts) != 3:
         raise argparse.ArgumentTypeError(f"expected PARAMS,GIB,S_IMG (e.g. 1.24B,6.3,0.78), got {text!r}")
@@ -66,6 +69,28 @@ def _cost(text: str) -> dict[str, Any]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"GIB and S_IMG must be numbers, got {text!r}") from None
     return {"params": parts[0].strip() or None, "gpu_gib": gib, "s_per_image": s_img, "s_per_question": None}
+
+
+def _cost_file(path: str) -> dict[str, Any]:
+    """The figures of ``benchmarks/bench_cost.py --out FILE``: params, gpu_gib, s_per_image, load_seconds."""
+    import json
+    import math
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("s_per_image"), int | float):
+        raise argparse.ArgumentTypeError(f"{path}: not a benchmarks/bench_cost.py file (no s_per_image)")
+    out: dict[str, Any] = {"params": data.get("params") or None, "s_per_question": None}
+    for key in ("gpu_gib", "s_per_image", "load_seconds"):
+        v = data.get(key)
+        if v is not None and (not isinstance(v, int | float) or not math.isfinite(v) or v < 0):
+            raise argparse.ArgumentTypeError(f"{path}: {key} must be a number >= 0, got {v!r}")
+        out[key] = v
+    return out
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import sys
@@ -32,6 +33,7 @@ from negt2i.corpus.selectors import (
     SelectorError,
     TableSelector,
 )
+from negt2i.corpus.split import SPLITS, TRAIN_PREFIX, Exclusion, build_train, train_metadata
 from negt2i.corpus.stats import corpus_stats, format_stats
 from negt2i.corpus.validate import (
     KINDS,
@@ -51,12 +53,23 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser("corpus", help="build, validate and describe the benchmark corpus")
     psub = p.add_subparsers(dest="corpus_command", metavar="ACTION", required=True)
 
-    b = psub.add_parser("build", help="build the 4,800-prompt corpus as JSONL (plus X.meta.json beside it)")
+    b = psub.add_parser(
+        "build", help="build the 4,800-prompt corpus, or a training split disjoint from it, as JSONL (+ X.meta.json)"
+    )
     b.add_argument("--out", required=True, help=f"output JSONL (the committed corpus is {DEFAULT_CORPUS})")
+    b.add_argument("--split", choices=SPLITS, default="test",
+                   help="test: the benchmark (default); train: --size prompts made the same way, disjoint from "
+                   "--benchmark (docs/corpus.md#training-split)")  # fmt: skip
+    b.add_argument("--size", type=_positive, default=None, help="prompts in a --split train file (required there)")
+    b.add_argument("--benchmark", default=DEFAULT_CORPUS,
+                   help=f"the corpus a training split is made disjoint from (default {DEFAULT_CORPUS})")  # fmt: skip
+    b.add_argument("--allow-shared-pairs", action="store_true",
+                   help="train: refuse only identical prompts, not the benchmark's object pairs")  # fmt: skip
     b.add_argument("--seed", type=int, default=0, help="balancing seed (default 0, the committed corpus)")
     b.add_argument("--selector", choices=("table", "llm"), default="table",
                    help="plausibility selector: the offline table (default) or an OpenAI-compatible LLM")  # fmt: skip
-    b.add_argument("--per-cell", type=_positive, default=PROMPTS_PER_CELL, help="prompts per category x setting")
+    b.add_argument("--per-cell", type=_positive, default=None,
+                   help=f"prompts per category x setting (test split; default {PROMPTS_PER_CELL})")  # fmt: skip
     b.add_argument("--categories", default=",".join(c.value for c in CATEGORIES),
                    help="comma-separated categories (default: all six)")  # fmt: skip
     b.add_argument("--target-pool", type=_positive, default=DEFAULT_TARGET_POOL,
@@ -107,6 +120,8 @@ def register(sub: Any) -> None:
     s = psub.add_parser("stats", help="per-category statistics (settings, coverage, balance)")
     s.add_argument("file", nargs="?", default=DEFAULT_CORPUS, help=f"corpus JSONL (default {DEFAULT_CORPUS})")
     s.add_argument("--json", action="store_true", help="print JSON instead of text")
+    s.add_argument("--against", default=DEFAULT_CORPUS,
+                   help=f"a training split's overlap is counted against it (default {DEFAULT_CORPUS})")  # fmt: skip
     s.set_defaults(func=_stats)
 
 
@@ -147,6 +162,13 @@ def _selector(args: argparse.Namespace) -> PlausibilitySelector:
 def _build(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     categories = _categories(args.categories)
+    if args.split == "train":
+        return _build_train(args, categories)
+    if args.size is not None or args.allow_shared_pairs:
+        print("error: --size and --allow-shared-pairs are for --split train (the test split is "
+              f"{PROMPTS_PER_CELL} prompts per category x setting; see --per-cell)", file=sys.stderr)  # fmt: skip
+        return 2
+    args.per_cell = PROMPTS_PER_CELL if args.per_cell is None else args.per_cell
     selector = _selector(args)
     try:
         prompts = build_corpus(
@@ -173,6 +195,67 @@ def _build(args: argparse.Namespace) -> int:
         st = selector.stats
         print(f"llm selector: {st.requests} requests, {st.cache_hits} cached, {st.malformed} malformed answers, "
               f"{st.rejected_items} out-of-list items rejected")  # fmt: skip
+    return 0
+
+
+def _build_train(args: argparse.Namespace, categories: tuple[Category, ...]) -> int:
+    if args.size is None:
+        print("error: --split train needs --size N (the number of training prompts)", file=sys.stderr)
+        return 2
+    if args.per_cell is not None:
+        print("error: --per-cell is for the test split; a training split is sized by --size", file=sys.stderr)
+        return 2
+    out, bench = Path(args.out), Path(args.benchmark)
+    if out.exists() and bench.exists() and out.resolve() == bench.resolve():
+        print(f"error: --out {args.out} is the benchmark the split must be disjoint from", file=sys.stderr)
+        return 2
+    try:
+        raw = bench.read_bytes()
+        benchmark = read_prompts(bench)
+    except SpecError as exc:
+        print(f"error: --benchmark {args.benchmark}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: --benchmark: {exc}", file=sys.stderr)
+        return 2
+    selector = _selector(args)
+    pairs = not args.allow_shared_pairs
+    try:
+        prompts = build_train(
+            selector,
+            benchmark,
+            size=args.size,
+            seed=args.seed,
+            categories=categories,
+            target_pool=args.target_pool,
+            pairs=pairs,
+        )
+    except (BuildError, SelectorError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if isinstance(selector, LLMSelector):
+            selector.close()
+    meta = train_metadata(
+        prompts,
+        selector,
+        benchmark,
+        benchmark_path=args.benchmark,
+        benchmark_sha256=hashlib.sha256(raw).hexdigest(),
+        seed=args.seed,
+        size=args.size,
+        categories=categories,
+        target_pool=args.target_pool,
+        pairs=pairs,
+    )
+    overlap = meta["disjoint_from"]["overlap"]
+    if overlap["identical_prompts"] or (pairs and overlap["shared_object_pairs"]):  # a builder bug, never expected
+        print(f"error: the split overlaps {args.benchmark}: {overlap}", file=sys.stderr)
+        return 1
+    target = write_corpus(args.out, prompts, meta)
+    print(f"wrote {len(prompts)} training prompts to {target} (sha256 {meta['sha256']}), disjoint from "
+          f"{args.benchmark}: 0 identical prompts, {overlap['shared_object_pairs']} sharing an object pair; "
+          f"metadata in {metadata_path(target)}")  # fmt: skip
     return 0
 
 
@@ -211,10 +294,19 @@ def _stats(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stats = corpus_stats(prompts)
+    overlap: dict[str, Any] | None = None
+    if prompts and all(p.id.startswith(TRAIN_PREFIX) for p in prompts):  # a training split: how disjoint it is
+        against = _read_source(args.against)
+        if against is None:
+            return 2
+        overlap = {"against": args.against, **Exclusion.of(against).overlap(prompts)}
     if args.json:
-        print(json.dumps(stats.to_json(), indent=2))
+        print(json.dumps({**stats.to_json(), **({"split": "train", "overlap": overlap} if overlap else {})}, indent=2))
     else:
         print(format_stats(stats, args.file))
+        if overlap is not None:
+            print(f"\ntraining split; against {overlap['against']}: {overlap['identical_prompts']} identical "
+                  f"prompts, {overlap['shared_object_pairs']} sharing an object pair in the same category")  # fmt: skip
     return 0
 
 

@@ -109,8 +109,8 @@ def _run(args: argparse.Namespace) -> int:
             return 3
         if down:
             names = ", ".join(n.rsplit("/", 1)[-1] for n in down)
-            print(f"warning: not SERVING after {args.wait:.0f} s: {names}; their images are left for a rerun",
-                  file=sys.stderr)  # fmt: skip
+            said = "".join(f"; the {s} is {v}" for s, v in client.last_details.items() if not v.startswith("accepted"))
+            print(f"warning: not SERVING: {names}{said}; their images are left for a rerun", file=sys.stderr)
         try:
             outcome = submit(
                 jobs, args.out, args.orchestrator, limit=args.limit, timeout=args.timeout,

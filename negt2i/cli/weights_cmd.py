@@ -24,6 +24,9 @@ def register(sub: Any) -> None:
     )
     fetch.add_argument("names", nargs="*", help="backends to fetch (default: those the run uses, see above)")
     fetch.add_argument("--all", action="store_true", help="every backend of the weights table")
+    fetch.add_argument(
+        "--judges", action="store_true", help="the agreement study's judges (negt2i judges list; ~50 GB)"
+    )
     fetch.add_argument("--backend", default=None, help="backend name for all four stages, as for evaluate")
     for stage in STAGES:
         fetch.add_argument(f"--{stage}", default=None, metavar="NAME", help=f"{stage} backend, as for evaluate")
@@ -53,8 +56,8 @@ def fetch_names(args: argparse.Namespace) -> list[str]:
 
     if args.names:
         return list(args.names)
-    if args.all:
-        return list(weights.WEIGHTS)
+    if args.all or args.judges:
+        return [*(weights.WEIGHTS if args.all else ()), *(weights.JUDGE_WEIGHTS if args.judges else ())]
     return weights.needed(backends_from_args(args).values())
 
 

@@ -79,6 +79,8 @@ class _AttributeState:
     objects: Counter[str] = field(default_factory=Counter)
     values: Counter[str] = field(default_factory=Counter)
     pairs: Counter[tuple[str, str]] = field(default_factory=Counter)
+    forbidden: frozenset[frozenset[str]] = frozenset()
+    """Object pairs no prompt may name together (the training split's pair rule, ``negt2i.corpus.split``)."""
 
     def __post_init__(self) -> None:
         self.n_carriers = {v: sum(v in vs for vs in self.plausible.values()) for v in VALUES[self.category]}
@@ -91,7 +93,15 @@ class _AttributeState:
             use, novelty = self.objects[c], self.pairs[(c, value)]
             return (novelty, use) if novel_first else (use, novelty)
 
-        return least_used(carriers, key, self.rng, m)
+        if not self.forbidden:
+            return least_used(carriers, key, self.rng, m)
+        chosen: list[str] = []  # the least-used carriers, skipping any that would make a forbidden pair
+        for c in least_used(carriers, key, self.rng, len(carriers)):
+            if all(frozenset((c, x)) not in self.forbidden for x in chosen):
+                chosen.append(c)
+                if len(chosen) == m:
+                    break
+        return chosen
 
     def _value_key(self, *, explore: bool) -> Callable[[str], tuple[float, ...]]:
         """Least-used value first; when stuck on duplicates (``explore``), any value."""
@@ -105,6 +115,8 @@ class _AttributeState:
                 raise BuildError(f"{self.category}: no value is plausible for {m} objects")
             value = least_used(values, self._value_key(explore=attempt >= _EXPLORE_AFTER), self.rng)[0]
             chosen = self._objects(value, m, novel_first=attempt > 0)
+            if len(chosen) < m:
+                continue
             self.rng.shuffle(chosen)
             selections = [
                 AttributeSelection(obj, value, pol)
@@ -137,6 +149,13 @@ class _RelationState:
     targets: Counter[str] = field(default_factory=Counter)
     predicates: Counter[tuple[str, Polarity]] = field(default_factory=Counter)
     clauses: Counter[tuple[str, str, str, Polarity]] = field(default_factory=Counter)
+    forbidden: frozenset[frozenset[str]] = frozenset()
+    """Object pairs no statement may link (the training split's pair rule, ``negt2i.corpus.split``)."""
+
+    def _allowed(self, subject: str, pairs: Sequence[Pair]) -> list[Pair]:
+        if not self.forbidden:
+            return list(pairs)
+        return [(p, t) for p, t in pairs if frozenset((subject, t)) not in self.forbidden]
 
     def _total(self, c: str) -> int:
         return self.subjects[c] + self.targets[c]
@@ -152,14 +171,16 @@ class _RelationState:
     ) -> tuple[list[Pair], list[str]]:
         """The open (predicate, target) pairs and the candidate pool they are chosen from."""
         if self.ask is None:
-            open_pairs = [(p, t) for p, t in self.plausible[subject] if t not in used]
+            open_pairs = self._allowed(subject, [(p, t) for p, t in self.plausible[subject] if t not in used])
+            if not open_pairs:
+                raise _NoPair(subject)
             pool = least_used(list(dict.fromkeys(t for _, t in open_pairs)), target_use, self.rng, pool_size)
             return open_pairs, pool
         candidates = [t for t in BENCHMARK_CLASSES if t not in used]
         size = pool_size
         while True:
             pool = least_used(candidates, target_use, self.rng, size)
-            pairs = [(p, t) for p, t in self.ask(subject, pool) if t in pool and t not in used]
+            pairs = self._allowed(subject, [(p, t) for p, t in self.ask(subject, pool) if t in pool and t not in used])
             if pairs:
                 return pairs, list(dict.fromkeys(t for _, t in pairs))
             if size >= len(candidates):
@@ -240,8 +261,40 @@ class _RelationState:
         raise BuildError(f"{pid}: no new prompt after {_MAX_ATTEMPTS} attempts")
 
 
-def _rng(seed: int, category: Category) -> random.Random:
-    return random.Random(f"negt2ibench:{seed}:{category.value}")
+def _rng(seed: int, category: Category, namespace: str = "negt2ibench") -> random.Random:
+    return random.Random(f"{namespace}:{seed}:{category.value}")
+
+
+_State = _AttributeState | _RelationState
+
+
+def category_state(
+    category: Category,
+    selector: PlausibilitySelector,
+    rng: random.Random,
+    *,
+    target_pool: int = DEFAULT_TARGET_POOL,
+    forbidden: frozenset[frozenset[str]] = frozenset(),
+) -> _State:
+    """The balancing state of one category: ``state.make(pid, positive, negated, seen)`` makes the next prompt
+    (its text not in ``seen``) or raises ``BuildError``; ``forbidden``: object pairs no prompt may name together."""
+    if category.is_attribute:
+        plausible = selector.attribute_values(category, BENCHMARK_CLASSES)
+        empty = [c for c in BENCHMARK_CLASSES if not plausible.get(c)]
+        if empty:
+            raise BuildError(f"{category}: the selector finds no plausible value for {', '.join(empty)}")
+        return _AttributeState(category, {c: plausible[c] for c in BENCHMARK_CLASSES}, rng, forbidden=forbidden)
+    if getattr(selector, "asks_per_pool", False):
+
+        def ask(subject: str, pool: list[str]) -> tuple[Pair, ...]:
+            return selector.relation_pairs(category, subject, pool)
+
+        return _RelationState(category, {}, rng, target_pool, ask=ask, forbidden=forbidden)
+    pairs = {s: selector.relation_pairs(category, s, BENCHMARK_CLASSES) for s in BENCHMARK_CLASSES}
+    empty = [c for c in BENCHMARK_CLASSES if not pairs[c] and not any(t == c for v in pairs.values() for _, t in v)]
+    if empty:
+        raise BuildError(f"{category}: the selector finds no plausible relation for {', '.join(empty)}")
+    return _RelationState(category, pairs, rng, target_pool, forbidden=forbidden)
 
 
 def build_category(
@@ -253,28 +306,9 @@ def build_category(
     target_pool: int = DEFAULT_TARGET_POOL,
 ) -> list[Prompt]:
     """The ``8 x per_cell`` prompts of one category, settings in the paper's order."""
-    rng = _rng(seed, category)
+    state = category_state(category, selector, _rng(seed, category), target_pool=target_pool)
     seen: set[str] = set()
     prompts: list[Prompt] = []
-    state: _AttributeState | _RelationState
-    if category.is_attribute:
-        plausible = selector.attribute_values(category, BENCHMARK_CLASSES)
-        empty = [c for c in BENCHMARK_CLASSES if not plausible.get(c)]
-        if empty:
-            raise BuildError(f"{category}: the selector finds no plausible value for {', '.join(empty)}")
-        state = _AttributeState(category, {c: plausible[c] for c in BENCHMARK_CLASSES}, rng)
-    elif getattr(selector, "asks_per_pool", False):
-
-        def ask(subject: str, pool: list[str]) -> tuple[Pair, ...]:
-            return selector.relation_pairs(category, subject, pool)
-
-        state = _RelationState(category, {}, rng, target_pool, ask=ask)
-    else:
-        pairs = {s: selector.relation_pairs(category, s, BENCHMARK_CLASSES) for s in BENCHMARK_CLASSES}
-        empty = [c for c in BENCHMARK_CLASSES if not pairs[c] and not any(t == c for v in pairs.values() for _, t in v)]
-        if empty:
-            raise BuildError(f"{category}: the selector finds no plausible relation for {', '.join(empty)}")
-        state = _RelationState(category, pairs, rng, target_pool)
     for positive, negated in SETTINGS:
         setting = setting_name(positive, negated)
         for index in range(per_cell):

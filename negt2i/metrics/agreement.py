@@ -26,6 +26,12 @@ negated statements) or ``neg`` (negated statements asked in negated form: the ex
 answer is always yes). ``p_yes`` may be replaced by ``answer``. The probability of the
 expected answer is the element's score; it is satisfied when that probability > 0.5.
 
+Score-only evaluators (Table 7's similarity and reward scores, ``negt2i judges run --mode score``) write
+``{"judge": "CLIPScore", "mode": "score", "image": "...", "element": "prompt", "score": 0.31}``: any finite
+number, higher = better match. They have no binary form (Appendix B.3): only Kendall tau, Spearman rho and
+pair accuracy are computed for them; their kappa, accuracy, precision and recall are NaN (shown ``-``).
+Run headers of ``negt2i judges run`` (``{"negt2i": "judge-run/1", ...}``) are skipped.
+
 References and scores (Appendix B.1, B.2)
 -----------------------------------------
 - element reference: strict majority, satisfied iff more than m/2 annotators say so;
@@ -76,6 +82,9 @@ from negt2i.metrics.stats import (
 
 ELEMENT_RE = re.compile(r"^(object|statement):(\d+)$")
 MODES: tuple[str, ...] = ("whole", "pos", "neg")
+SCORE_MODE = "score"
+"""The mode of score-only evaluators (similarity and reward scores): rank statistics only."""
+RUN_HEADER = "judge-run/1"
 OURS = "NegT2IBench"
 BLOCKS: tuple[str, ...] = ("objects", "statements", "affirmative", "negated", "asserted", "all")
 """Element blocks: object questions, all statements, positive statements, negated statements, and the paper's
@@ -112,6 +121,8 @@ class JudgeRow:
     """Optional cost fields: wall-clock seconds of this question, peak GPU memory (GiB), parameter count."""
     gpu_gib: float | None = None
     params: str | None = None
+    score: float | None = None
+    """A score-only evaluator's score (``mode == "score"``; ``p_yes`` is NaN then)."""
 
 
 def _rows(path: str | Path) -> Iterable[tuple[str, Mapping[str, Any]]]:
@@ -174,15 +185,28 @@ def read_judges(path: str | Path) -> list[JudgeRow]:
     """Judge answers (format in the module docstring)."""
     out: list[JudgeRow] = []
     for where, rec in _rows(path):
+        if rec.get("negt2i") == RUN_HEADER:
+            continue
         judge, mode, image, element = (_field(rec, k, where) for k in ("judge", "mode", "image", "element"))
-        if mode not in MODES:
-            raise AgreementInputError(f"{where}: mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if (mode == "whole") != (element == "prompt"):
+        if mode not in (*MODES, SCORE_MODE):
+            raise AgreementInputError(f"{where}: mode must be one of {', '.join((*MODES, SCORE_MODE))}, got {mode!r}")
+        if (mode in ("whole", SCORE_MODE)) != (element == "prompt"):
             raise AgreementInputError(
                 f"{where}: mode {mode} goes with element "
-                f"{'prompt' if mode == 'whole' else 'object:I / statement:K'}, got {element!r}"
+                f"{'prompt' if mode in ('whole', SCORE_MODE) else 'object:I / statement:K'}, got {element!r}"
             )
-        if "p_yes" in rec:
+        score: float | None = None
+        if mode == SCORE_MODE:
+            try:
+                score = float(rec["score"])
+            except KeyError:
+                raise AgreementInputError(f"{where}: a score-mode row needs a score") from None
+            except (TypeError, ValueError):
+                raise AgreementInputError(f"{where}: score must be a number, got {rec['score']!r}") from None
+            if not np.isfinite(score):
+                raise AgreementInputError(f"{where}: score must be finite, got {rec['score']!r}")
+            p = float("nan")
+        elif "p_yes" in rec:
             try:
                 p = float(rec["p_yes"])
             except (TypeError, ValueError):
@@ -195,7 +219,7 @@ def read_judges(path: str | Path) -> list[JudgeRow]:
             raise AgreementInputError(f"{where}: needs p_yes or answer")
         cost: dict[str, float | None] = {}
         for key in ("seconds", "gpu_gib"):
-            if key in rec:
+            if rec.get(key) is not None:  # null: not measured (gpu_gib off CUDA)
                 try:
                     cost[key] = float(rec[key])
                 except (TypeError, ValueError):
@@ -203,35 +227,53 @@ def read_judges(path: str | Path) -> list[JudgeRow]:
                 if not cost[key] >= 0:  # type: ignore[operator]
                     raise AgreementInputError(f"{where}: {key} must be >= 0, got {rec[key]!r}")
         params = str(rec["params"]) if rec.get("params") not in (None, "") else None
-        out.append(JudgeRow(judge, mode, image, element, p, where, cost.get("seconds"), cost.get("gpu_gib"), params))
+        out.append(
+            JudgeRow(judge, mode, image, element, p, where, cost.get("seconds"), cost.get("gpu_gib"), params, score)
+        )
     return out
 
 
-def judge_costs(judges: Sequence[JudgeRow], questions_per_image: float) -> dict[str, dict[str, Any]]:
+def read_judge_runs(path: str | Path) -> list[dict[str, Any]]:
+    """The run headers of a judge file written by ``negt2i judges run`` (load time, model, revision, ...)."""
+    return [dict(rec) for _, rec in _rows(path) if rec.get("negt2i") == RUN_HEADER]
+
+
+def judge_costs(
+    judges: Sequence[JudgeRow], questions_per_image: float, runs: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, dict[str, Any]]:
     """Table 2 / Table 8 cost columns per judge, from the optional cost fields of its rows (Appendix B.4):
-    params (first given), GiB (peak over rows), s/Q (mean seconds over its per-element questions), s/img =
-    s/Q x ``questions_per_image`` (the mean number of element questions per image of the study)."""
+    params (first given), GiB (peak over rows), s/Q (mean seconds over its per-element questions; a score-only
+    evaluator's over its images), s/img = s/Q x ``questions_per_image`` (the mean number of element questions
+    per image of the study; a score-only evaluator's s/img is its s/Q: one call per image), and the model load
+    time (mean ``load_seconds`` of the judge's run headers ``runs``, Table 8's Load (s))."""
     out: dict[str, dict[str, Any]] = {}
     for judge in sorted({j.judge for j in judges}):
         rows = [j for j in judges if j.judge == judge]
+        score_only = all(j.mode == SCORE_MODE for j in rows)
         secs = [j.seconds for j in rows if j.seconds is not None and j.mode != "whole"]
         gib = [j.gpu_gib for j in rows if j.gpu_gib is not None]
         params = next((j.params for j in rows if j.params), None)
         s_q = float(np.mean(secs)) if secs else None
+        loads = [
+            float(r["load_seconds"]) for r in runs if r.get("judge") == judge and r.get("load_seconds") is not None
+        ]
         out[judge] = {
             "params": params,
             "gpu_gib": max(gib) if gib else None,
             "s_per_question": s_q,
-            "s_per_image": s_q * questions_per_image if s_q is not None else None,
+            "s_per_image": None if s_q is None else (s_q if score_only else s_q * questions_per_image),
         }
+        if loads:
+            out[judge]["load_seconds"] = float(np.mean(loads))
     return out
 
 
 @dataclass(slots=True)
 class Decisions:
-    """One evaluator's decisions: per image (binary, continuous) and, for per-element evaluators, per element."""
+    """One evaluator's decisions: per image (binary, continuous) and, for per-element evaluators, per element.
+    Score-only evaluators have no binary decision (``image_binary`` None)."""
 
-    image_binary: Bool
+    image_binary: Bool | None
     image_score: Float
     element_binary: Bool | None = None
     element_p_yes: Float | None = None
@@ -452,10 +494,14 @@ def _add_judges(
         extra = {im for im, _ in answers} - labelled
         if extra:
             study.warnings.append(f"{name} answers {len(extra)} images that are not labelled (ignored)")
-        if mode == "whole":
+        if mode in ("whole", SCORE_MODE):
             missing = [im for im in study.images if (im, "prompt") not in answers]
             if missing:
                 raise AgreementInputError(f"{name} has no answer for {len(missing)} labelled images, e.g. {missing[0]}")
+            if mode == SCORE_MODE:
+                s = np.array([answers[(im, "prompt")].score for im in study.images], dtype=np.float64)
+                study.evaluators[name] = Decisions(None, s)
+                continue
             p = np.array([answers[(im, "prompt")].p_yes for im in study.images])
             study.evaluators[name] = Decisions(p > 0.5, p)
             continue
@@ -513,10 +559,19 @@ def human_reference(satisfied: Bool, element_image: NDArray[np.intp], n_images: 
     return majority, binary, score
 
 
-def _image_stats(ref_bin: Bool, ref_score: Float, dec_bin: Bool, dec_score: Float) -> dict[str, Any]:
-    counts = confusion(ref_bin, dec_bin)
-    out: dict[str, Any] = {"n": len(ref_bin), **{k: int(v) for k, v in counts.items()}}
-    out.update({k: _num(v) for k, v in binary_scores(**counts).items()})
+BINARY_KEYS: tuple[str, ...] = ("tp", "tn", "fp", "fn")
+
+
+def _image_stats(ref_bin: Bool, ref_score: Float, dec_bin: Bool | None, dec_score: Float) -> dict[str, Any]:
+    """Binary and rank agreement of one evaluator on images; without ``dec_bin`` (a score-only evaluator) the
+    binary statistics are NaN and the counts None."""
+    if dec_bin is None:
+        nan = binary_scores(0, 0, 0, 0)
+        out: dict[str, Any] = {"n": len(ref_bin), **dict.fromkeys(BINARY_KEYS), **{k: float("nan") for k in nan}}
+    else:
+        counts = confusion(ref_bin, dec_bin)
+        out = {"n": len(ref_bin), **{k: int(v) for k, v in counts.items()}}
+        out.update({k: _num(v) for k, v in binary_scores(**counts).items()})
     out["kendall_tau"] = kendall_tau(ref_score, dec_score) if len(ref_bin) > 1 else float("nan")
     out["spearman_rho"] = spearman_rho(ref_score, dec_score) if len(ref_bin) > 1 else float("nan")
     out["pair_accuracy"] = _num(rank_scores(ref_score, dec_score)["pair_accuracy"])
@@ -615,10 +670,13 @@ def analyze(
     replicates: dict[str, dict[str, Float]] = {}
     for name, dec in study.evaluators.items():
         point = _image_stats(ref_bin, ref_score, dec.image_binary, dec.image_score)
-        rep = {
-            k: np.asarray(v, dtype=np.float64)
-            for k, v in binary_scores(**confusion(ref_bin, dec.image_binary, w)).items()
-        }
+        if dec.image_binary is None:
+            rep = {k: np.full(n_resamples, np.nan) for k in binary_scores(0, 0, 0, 0)}
+        else:
+            rep = {
+                k: np.asarray(v, dtype=np.float64)
+                for k, v in binary_scores(**confusion(ref_bin, dec.image_binary, w)).items()
+            }
         rep.update({k: np.asarray(v, dtype=np.float64) for k, v in rank_scores(ref_score, dec.image_score, w).items()})
         rep["spearman_rho"] = spearman_rows(ref_score[idx], dec.image_score[idx])
         replicates[name] = rep
@@ -675,6 +733,7 @@ def negation_probe(study: Study) -> dict[str, Any]:
         neg = study.evaluators.get(f"{judge} (neg)")
         if neg is None or dec.element_p_yes is None or neg.element_p_yes is None or not negated.any():
             continue
+        assert dec.image_binary is not None and neg.image_binary is not None
         p_pos, p_neg = dec.element_p_yes[negated], neg.element_p_yes[negated]
         out[judge] = {
             "n": int(negated.sum()),
@@ -736,7 +795,8 @@ def _breakdown(
         mask = labels == g
         entry: dict[str, Any] = {"n": int(mask.sum()), "evaluators": {}}
         for name, dec in study.evaluators.items():
-            s = _image_stats(ref_bin[mask], ref_score[mask], dec.image_binary[mask], dec.image_score[mask])
+            dec_bin = None if dec.image_binary is None else dec.image_binary[mask]
+            s = _image_stats(ref_bin[mask], ref_score[mask], dec_bin, dec.image_score[mask])
             entry["evaluators"][name] = {k: s[k] for k in ("kappa", "accuracy", "kendall_tau", "spearman_rho")}
         entry["inter_annotator"] = _loo(study, mask, all_elements, tie).get("image", {})
         out[g] = entry

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from negt2i.metrics.agreement import MODES, OURS
+from negt2i.metrics.agreement import MODES, OURS, SCORE_MODE
 from negt2i.metrics.records import setting_label
 from negt2i.metrics.report_html import CSS, html_table
 from negt2i.metrics.report_tables import Table, category_label, pct
@@ -28,13 +28,25 @@ H = "H. inter-annotator"
 
 def judges_of(a: dict[str, Any]) -> list[str]:
     """Judge names in the study, ordered by their best per-element Kendall tau (as Table 7), then name."""
-    names = {n.rsplit(" (", 1)[0] for n in a["image_level"] if n != OURS and n.endswith(")")}
+    names = {n.rsplit(" (", 1)[0] for n in a["image_level"] if n != OURS and n.endswith(")")} - set(scores_of(a))
 
     def best(j: str) -> float:
         taus = [a["image_level"][f"{j} ({m})"]["kendall_tau"] for m in MODES if f"{j} ({m})" in a["image_level"]]
         return -max((t for t in taus if not math.isnan(t)), default=float("-inf"))
 
     return sorted(names, key=lambda j: (best(j), j))
+
+
+def scores_of(a: dict[str, Any]) -> list[str]:
+    """Score-only evaluators (similarity and reward scores, mode ``score``), by best Kendall tau then name."""
+    suffix = f" ({SCORE_MODE})"
+    names = [n.removesuffix(suffix) for n in a["image_level"] if n.endswith(suffix)]
+
+    def tau(j: str) -> float:
+        t = a["image_level"][f"{j}{suffix}"]["kendall_tau"]
+        return float("inf") if math.isnan(t) else -t
+
+    return sorted(names, key=lambda j: (tau(j), j))
 
 
 def _ev(a: dict[str, Any], judge: str, mode: str) -> dict[str, Any] | None:
@@ -189,6 +201,13 @@ def table7(a: dict[str, Any]) -> Table:
                 rows.append(
                     [f"  {labels[m]}", *(_ci(e[k], iv[k]) for k in ("spearman_rho", "kendall_tau", "pair_accuracy"))]
                 )
+    scores = scores_of(a)
+    if scores:
+        rows.append(["Similarity and reward", "", "", ""])
+        for j in scores:
+            e = a["image_level"][f"{j} ({SCORE_MODE})"]
+            iv = e["interval"]
+            rows.append([j, *(_ci(e[k], iv[k]) for k in ("spearman_rho", "kendall_tau", "pair_accuracy"))])
     o = a["image_level"][OURS]
     rows.append(
         [f"{OURS} (ours)", *(_ci(o[k], o["interval"][k]) for k in ("spearman_rho", "kendall_tau", "pair_accuracy"))]
@@ -200,7 +219,33 @@ def table7(a: dict[str, Any]) -> Table:
         ["Evaluator", "ρ", "τ", "Pair acc."],
         rows,
         note="Spearman ρ, Kendall τ and pairwise ranking accuracy against the share of satisfied elements, with "
-        "bootstrap intervals over images; judges ordered by their best τ.",
+        "bootstrap intervals over images; judges ordered by their best τ. Similarity and reward scores have no "
+        "binary form, so rank agreement is their only comparison (Appendix B.3).",
+    )
+
+
+def _num(v: Any, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, int | float) and not math.isnan(v) else DASH
+
+
+def table8(a: dict[str, Any]) -> Table:
+    """Cost of one evaluation (Appendix B.4), from the judge files' cost fields and run headers."""
+    costs = a.get("costs", {})
+    rows: list[list[str]] = []
+    for name in [*judges_of(a), *scores_of(a), OURS]:
+        c = costs.get(name) or {}
+        shown = f"{OURS} (ours)" if name == OURS else name
+        rows.append([shown, str(c.get("params") or DASH), _num(c.get("s_per_question"), ".3f"),
+                     _num(c.get("s_per_image"), ".2f"), _num(c.get("load_seconds"), ".1f"),
+                     _num(c.get("gpu_gib"), ".1f")])  # fmt: skip
+    return Table(
+        "Table 8: Cost of one evaluation",
+        ["Evaluator", "Params", "s/Q", "s/img", "Load (s)", "GPU GiB"],
+        rows,
+        note="Per judge: s/Q = mean wall time per element question (batch as run; the paper's protocol is batch 1), "
+        f"s/img = s/Q x {a.get('element_questions_per_image', float('nan')):.2f} element questions per image "
+        "(score-only evaluators: one call per image); model load excluded from both and listed apart; GPU GiB = "
+        "torch.cuda.max_memory_allocated (- on the CPU).",
     )
 
 
@@ -253,6 +298,10 @@ def _by(a: dict[str, Any], key: str, title: str, label: Any) -> Table:
             if name in a["image_level"]:
                 cells = [pct(a[key][g]["evaluators"][name]["kendall_tau"]) for g in groups]
                 rows.append([f"  {labels[m]}", *cells, pct(a["image_level"][name]["kendall_tau"])])
+    for j in scores_of(a):
+        name = f"{j} ({SCORE_MODE})"
+        rows.append([j, *(pct(a[key][g]["evaluators"][name]["kendall_tau"]) for g in groups),
+                     pct(a["image_level"][name]["kendall_tau"])])  # fmt: skip
     rows.append([f"{OURS} (ours)", *(pct(a[key][g]["evaluators"][OURS]["kendall_tau"]) for g in groups),
                  pct(a["image_level"][OURS]["kendall_tau"])])  # fmt: skip
     rows.append([H, *(pct(a[key][g]["inter_annotator"].get("kendall_tau")) for g in groups),
@@ -297,6 +346,7 @@ def paper_tables(a: dict[str, Any]) -> list[tuple[str, Table]]:
         ("table5", table5(a)),
         ("table6", table6(a)),
         ("table7", table7(a)),
+        ("table8", table8(a)),
         ("table10", table10(a)),
         ("table11", _by(a, "by_setting", "Table 11: Kendall τ by polarity setting", setting_label)),
         ("table12", _by(a, "by_category", "Table 12: Kendall τ by semantic category", category_label)),

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from negt2i import __version__
-from negt2i.metrics.agreement import BLOCKS, OURS, analyze, build_study, judge_costs, read_judges, read_labels
+from negt2i.metrics.agreement import (
+    BLOCKS,
+    OURS,
+    analyze,
+    build_study,
+    judge_costs,
+    read_judge_runs,
+    read_judges,
+    read_labels,
+)
 from negt2i.metrics.benchmark import Provenance
 from negt2i.metrics.records import iter_rows, setting_label
 from negt2i.metrics.report import sha256_file as _sha256
@@ -22,6 +31,8 @@ from negt2i.metrics.report_csv import write_csv as _write_csv
 from negt2i.metrics.report_csv import write_json
 from negt2i.metrics.report_markdown import markdown_table
 from negt2i.metrics.report_tables import Table, category_label, pct
+
+RANK_KEYS: tuple[str, ...] = ("kendall_tau", "spearman_rho", "pair_accuracy")
 
 
 def _ci(v: float, ci: Sequence[float] | None) -> str:
@@ -57,7 +68,7 @@ def run_agreement(
     out["judge_scoring"] = {"absent_objects": absent_objects}
     qpi = len(study.element_name) / len(study.images)
     out["element_questions_per_image"] = qpi
-    out["costs"] = judge_costs(judge_rows, qpi)
+    out["costs"] = judge_costs(judge_rows, qpi, [r for path in judges for r in read_judge_runs(path)])
     if ours_cost:
         out["costs"][OURS] = dict(ours_cost)
     out["warnings"] = list(out["warnings"]) + provenance.warnings("results")
@@ -76,6 +87,9 @@ def agreement_tables(a: dict[str, Any]) -> list[Table]:
     rows = []
     for name, s in a["image_level"].items():
         iv = s["interval"]
+        if s["tp"] is None:  # a score-only evaluator: no binary columns (Appendix B.3)
+            rows.append([name, str(s["n"]), *(["-"] * 9)] + [_ci(s[k], iv[k]) for k in RANK_KEYS])
+            continue
         counts = [str(s[k]) for k in ("tp", "tn", "fp", "fn")]
         rows.append(
             [name, str(s["n"]), _ci(s["kappa"], iv["kappa"]), *(pct(s[k]) for k in ("accuracy", "precision", "recall"))]

@@ -221,7 +221,8 @@ def parse_line(rec: Mapping[str, Any], *, source: str = "<memory>", line: int = 
         "tag": _optional_str(rec, "tag", where),
     }
     if status == "error":
-        if rec.get("correct", False) is not False:
+        unplaced = rec.get("prompt_id") is None
+        if rec.get("correct", False) is not False and not (unplaced and rec.get("correct") is None):
             raise ResultsFormatError(f"{where}: an error line cannot be correct")
         return ImageRow(
             prompt_id=_optional_str(rec, "prompt_id", where),

@@ -67,6 +67,13 @@ from negt2i.wire.v1 import common_pb2, evaluator_pb2, stages_pb2
 CONTRACT: Final = "negt2i.v1"
 """Version of the public API and of the stage contract."""
 FEATURE_DETECT_CLASSES: Final = "detect.classes"
+HEALTH_DETAILS_PREFIX: Final = "negt2i-stage-"
+"""Trailing metadata of the orchestrator's health answers: ``negt2i-stage-<stage>`` = why that stage is refused
+or down, or the warnings it was accepted with (``orchestrator.discovery``)."""
+FEATURE_EXIF_ORIENTATION: Final = "image.exif_orientation"
+"""``StageInfo.features``: the stage applies the EXIF orientation (as ``negt2i.images.decode_image``); a stage
+that does not list it (the contract before the decoder applied it) gets upright pixels instead
+(``orchestrator.stages.RemoteStages.image_for``)."""
 """``StageInfo.features`` entry of a detector that honours ``DetectItem.classes`` / ``max_per_class``."""
 
 DEFAULT_MAX_PIXELS: Final = images.DEFAULT_MAX_PIXELS
@@ -685,6 +692,7 @@ def verdict_to_proto(verdict: Verdict) -> evaluator_pb2.Verdict:
         failure_class=_ROW_TO[verdict.failure_class],  # type: ignore[arg-type]
         config_json=json.dumps(verdict.config, separators=(",", ":")),
         evaluator_version=verdict.evaluator_version,
+        score=verdict.score,
     )
     for o in verdict.objects:
         ov = evaluator_pb2.ObjectVerdict(
@@ -764,6 +772,8 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
         data["source_id"] = msg.source_id
     if msg.form:
         data["form"] = msg.form
+    if msg.HasField("score"):  # unset by an evaluator older than the field: computed from the elements
+        data["score"] = msg.score
     data["probes"] = []
     for s, key in [(s, "statements") for s in msg.statements] + [(s, "probes") for s in msg.probes]:
         data[key].append(
@@ -786,8 +796,14 @@ def verdict_from_proto(msg: evaluator_pb2.Verdict) -> Verdict:
 
 
 def models_record(stages: Sequence[common_pb2.StageService]) -> dict[str, Any]:
-    """The results file's ``models`` field: stage -> ``ModelInfo`` JSON (as ``negt2i evaluate`` writes it)."""
-    return {s.stage: model_info_from_proto(s.model).model_dump(mode="json") for s in stages}
+    """The results file's ``models`` field: stage -> ``ModelInfo`` JSON (as ``negt2i evaluate`` writes it), with
+    ``warnings`` (``StageService.warnings``: what the orchestrator assumed about a stage that does not state
+    it) when there are any."""
+    return {
+        s.stage: {**model_info_from_proto(s.model).model_dump(mode="json"), **({"warnings": list(s.warnings)}
+                                                                              if s.warnings else {})}
+        for s in stages
+    }  # fmt: skip
 
 
 def services_record(stages: Sequence[common_pb2.StageService]) -> dict[str, str]:

@@ -153,7 +153,12 @@ _BACKEND_REQUEST: Final[dict[str, Callable[[Any], Any]]] = {
 }
 
 
-FEATURES: Final[dict[str, tuple[str, ...]]] = {"detector": (adapter.FEATURE_DETECT_CLASSES,)}
+FEATURES: Final[dict[str, tuple[str, ...]]] = {
+    "detector": (adapter.FEATURE_DETECT_CLASSES, adapter.FEATURE_EXIF_ORIENTATION),
+    "segmenter": (adapter.FEATURE_EXIF_ORIENTATION,),
+    "attributes": (adapter.FEATURE_EXIF_ORIENTATION,),
+    "depth": (adapter.FEATURE_EXIF_ORIENTATION,),
+}
 """Optional contract features each stage's handler honours (``StageInfo.features``)."""
 
 

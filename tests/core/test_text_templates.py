@@ -88,11 +88,22 @@ def test_the_orchestrator_refuses_an_attributes_stage_with_another_template_set(
         return stages_pb2.StageInfo(contract=adapter.CONTRACT, model=adapter.model_info_to_proto(model))
 
     current, ensemble = RemoteStages(DEFAULT_URLS, config=CURRENT), RemoteStages(DEFAULT_URLS, config=ENSEMBLE)
-    assert current.check_info("attributes", info({})) == ""
-    assert current.check_info("attributes", info({"attributes.text_templates": 0.0})) == ""
-    assert "NEGT2I_RULES" in current.check_info("attributes", info({"attributes.text_templates": 1.0}))
-    assert "NEGT2I_RULES" in ensemble.check_info("attributes", info({}))  # an older stage: the single template
-    assert ensemble.check_info("attributes", info({"attributes.text_templates": 1.0})) == ""
+    assert current.check_info("attributes", info({})).ok
+    assert current.check_info("attributes", info({"attributes.text_templates": 0.0})).ok
+    assert "NEGT2I_RULES" in current.check_info("attributes", info({"attributes.text_templates": 1.0})).problem
+    assert "NEGT2I_RULES" in ensemble.check_info("attributes", info({})).problem  # an older stage: single template
+    assert ensemble.check_info("attributes", info({"attributes.text_templates": 1.0})).ok
+    assert "does not apply" in current.check_info("attributes", info({"masks.closing_radius": 5.0})).problem
+
+
+def test_the_in_process_check_holds_a_backend_to_the_template_set():
+    from negt2i.stage_identity import check_model_info
+    from negt2i.stages.synthetic import SyntheticAttributeScorer
+
+    assert check_model_info("attributes", SyntheticAttributeScorer(config=ENSEMBLE).info, ENSEMBLE).ok
+    assert not check_model_info("attributes", SyntheticAttributeScorer().info, ENSEMBLE).ok
+    assert not check_model_info("attributes", SyntheticAttributeScorer(config=ENSEMBLE).info, CURRENT).ok
+    assert check_model_info("attributes", SyntheticAttributeScorer().info, CURRENT, strict=True).ok
 
 
 def test_re_judging_refuses_another_template_set():

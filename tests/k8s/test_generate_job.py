@@ -129,7 +129,10 @@ def test_the_image_installs_everything_negt2i_generate_imports() -> None:
                                        check=True, capture_output=True, text=True).stdout.split()  # fmt: skip
     modules = ["negt2i.cli", "negt2i.cli.generate_cmd", "negt2i.generate.runner", "negt2i.generate.scoring",
                "negt2i.generate.diffusers_backend", "negt2i.client",
-               "diffusers", "accelerate", "transformers"]  # fmt: skip
+               "diffusers", "accelerate", "transformers",
+               # the judges Job (k8s/jobs/judges) runs this image too
+               "negt2i.cli.judges_cmd", "negt2i.judges.harness", "negt2i.judges.vlm", "negt2i.judges.clip_score",
+               "open_clip"]  # fmt: skip
     result = subprocess.run(
         [sys.executable, "tests/k8s/import_closure.py", json.dumps(requirements), json.dumps(modules)],
         cwd=REPO, check=False, capture_output=True, text=True, timeout=300,

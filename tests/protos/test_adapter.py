@@ -127,9 +127,23 @@ def test_verdicts_round_trip_exactly():
             assert result.verdict is not None
             v = result.verdict
             seen.add((v.category, v.correct, v.failure_class))
-            back = adapter.verdict_from_proto(_wire(adapter.verdict_to_proto(v)))
+            msg = _wire(adapter.verdict_to_proto(v))
+            assert msg.HasField("score") and msg.score == v.score
+            back = adapter.verdict_from_proto(msg)
             assert back.to_json() == v.to_json() and back.dumps() == v.dumps()
     assert len({c for c, _, _ in seen}) == 6 and {True, False} <= {ok for _, ok, _ in seen}
+
+
+def test_verdict_score_from_an_older_evaluator_and_a_wrong_one():
+    record, images = next(iter(demo_entries(prompts=6, samples=1, seed=4)))
+    v = Pipeline(Stages.create(SYNTH)).run_one(parse_prompt(record), images[0]).verdict
+    assert v is not None
+    msg = adapter.verdict_to_proto(v)
+    msg.ClearField("score")  # what an evaluator older than the field sends: the reader computes it
+    assert adapter.verdict_from_proto(msg).score == v.score
+    msg.score = 0.5 if v.score != 0.5 else 0.25
+    with pytest.raises(ValueError, match="contradicts objects / statements"):
+        adapter.verdict_from_proto(msg)
 
 
 def test_model_info_and_json_transport():

@@ -107,7 +107,10 @@ def test_parity_with_negt2i_evaluate(orchestrator: Proc, demo: Path, embedded: P
     assert {r["category"] for r in rows.values() if r["status"] == "ok"} == {
         "color", "material", "directional", "proximity", "comparative", "depth"
     }  # fmt: skip
-    assert 0 < sum(r["correct"] for r in rows.values()) < 48
+    assert 0 < sum(bool(r["correct"]) for r in rows.values()) < 48  # null on lines without a prompt
+    # the continuous score travels too (the line comparison above holds it equal): partial credit exists
+    scores = [(r["score"], r["correct"]) for r in rows.values() if r["status"] == "ok"]
+    assert all((s == 1.0) is ok for s, ok in scores) and any(0 < s < 1 for s, _ in scores)
     # a rerun resumes: nothing left to do
     assert main(["submit", str(demo), "--orchestrator", orchestrator.target, "--out", str(out), "--no-progress"]) == 0
     assert "0 images evaluated (53 already done" in capsys.readouterr().out
@@ -166,6 +169,9 @@ def test_unary_verdict_matches_the_embedded_pipeline(orchestrator: Proc):
     want = embedded.run_one(prompt, load_image_bytes(DOG_HORSE))
     assert want.verdict is not None
     assert result.request_id == "one" and result.verdict.to_json() == want.verdict.to_json()
+    with EvaluatorClient(orchestrator.target) as client:  # the served verdict carries the score itself
+        raw = client.stub.Evaluate(make_request(DOG_HORSE, prompt=prompt), timeout=30, metadata=client.metadata)
+    assert raw.verdict.HasField("score") and raw.verdict.score == want.verdict.score
     assert [s.stage for s in result.stages] == ["detector", "segmenter", "depth"]  # only what the prompt needed
     assert result.perception is not None and want.perception is not None
     assert result.perception.detections.class_names == want.perception.detections.class_names

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16negt2i/v1/common.proto\x12\tnegt2i.v1\")\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nmedia_type\x18\x02 \x01(\t\"5\n\x04Mask\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12\x0e\n\x06\x63ounts\x18\x03 \x01(\t\"5\n\x03\x42ox\x12\n\n\x02x0\x18\x01 \x01(\x02\x12\n\n\x02y0\x18\x02 \x01(\x02\x12\n\n\x02x1\x18\x03 \x01(\x02\x12\n\n\x02y1\x18\x04 \x01(\x02\"\x9e\x02\n\tModelInfo\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x10\n\x08revision\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x0f\n\x07library\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x32\n\x0foperating_point\x18\t \x01(\x0b\x32\x19.negt2i.v1.OperatingPoint\x12.\n\x05rules\x18\n \x03(\x0b\x32\x1f.negt2i.v1.ModelInfo.RulesEntry\x1a,\n\nRulesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"S\n\x0eOperatingPoint\x12\x18\n\x10prediction_floor\x18\x01 \x01(\x01\x12\x13\n\x0bsuppression\x18\x02 \x01(\t\x12\x12\n\ninput_size\x18\x03 \x01(\x05\"a\n\x0cStageService\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12#\n\x05model\x18\x03 \x01(\x0b\x32\x14.negt2i.v1.ModelInfo\x12\x10\n\x08\x63ontract\x18\x04 \x01(\t*g\n\rDepthEncoding\x12\x1e\n\x1a\x44\x45PTH_ENCODING_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44\x45PTH_ENCODING_FLOAT16\x10\x01\x12\x1a\n\x16\x44\x45PTH_ENCODING_FLOAT32\x10\x02\x42\x93\x01\n\x19org.negt2ibench.negt2i.v1B\x0b\x43ommonProtoP\x01Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\xa2\x02\x03NXX\xaa\x02\tNegt2i.V1\xca\x02\tNegt2i\\V1\xea\x02\nNegt2i::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16negt2i/v1/common.proto\x12\tnegt2i.v1\")\n\x05Image\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nmedia_type\x18\x02 \x01(\t\"5\n\x04Mask\x12\x0e\n\x06height\x18\x01 \x01(\x05\x12\r\n\x05width\x18\x02 \x01(\x05\x12\x0e\n\x06\x63ounts\x18\x03 \x01(\t\"5\n\x03\x42ox\x12\n\n\x02x0\x18\x01 \x01(\x02\x12\n\n\x02y0\x18\x02 \x01(\x02\x12\n\n\x02x1\x18\x03 \x01(\x02\x12\n\n\x02y1\x18\x04 \x01(\x02\"\x9e\x02\n\tModelInfo\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12\x10\n\x08revision\x18\x04 \x01(\t\x12\x0e\n\x06sha256\x18\x05 \x01(\t\x12\x0f\n\x07library\x18\x06 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x07 \x01(\t\x12\r\n\x05\x64type\x18\x08 \x01(\t\x12\x32\n\x0foperating_point\x18\t \x01(\x0b\x32\x19.negt2i.v1.OperatingPoint\x12.\n\x05rules\x18\n \x03(\x0b\x32\x1f.negt2i.v1.ModelInfo.RulesEntry\x1a,\n\nRulesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"S\n\x0eOperatingPoint\x12\x18\n\x10prediction_floor\x18\x01 \x01(\x01\x12\x13\n\x0bsuppression\x18\x02 \x01(\t\x12\x12\n\ninput_size\x18\x03 \x01(\x05\"\x84\x01\n\x0cStageService\x12\r\n\x05stage\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12#\n\x05model\x18\x03 \x01(\x0b\x32\x14.negt2i.v1.ModelInfo\x12\x10\n\x08\x63ontract\x18\x04 \x01(\t\x12\x0f\n\x07refused\x18\x05 \x01(\t\x12\x10\n\x08warnings\x18\x06 \x03(\t*g\n\rDepthEncoding\x12\x1e\n\x1a\x44\x45PTH_ENCODING_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x44\x45PTH_ENCODING_FLOAT16\x10\x01\x12\x1a\n\x16\x44\x45PTH_ENCODING_FLOAT32\x10\x02\x42\x93\x01\n\x19org.negt2ibench.negt2i.v1B\x0b\x43ommonProtoP\x01Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\xa2\x02\x03NXX\xaa\x02\tNegt2i.V1\xca\x02\tNegt2i\\V1\xea\x02\nNegt2i::V1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._serialized_options = b'\n\031org.negt2ibench.negt2i.v1B\013CommonProtoP\001Z<github.com/negt2ibench/negt2ibench/gen/go/negt2i/v1;negt2iv1\242\002\003NXX\252\002\tNegt2i.V1\312\002\tNegt2i\\V1\352\002\nNegt2i::V1'
   _globals['_MODELINFO_RULESENTRY']._loaded_options = None
   _globals['_MODELINFO_RULESENTRY']._serialized_options = b'8\001'
-  _globals['_DEPTHENCODING']._serialized_start=663
-  _globals['_DEPTHENCODING']._serialized_end=766
+  _globals['_DEPTHENCODING']._serialized_start=699
+  _globals['_DEPTHENCODING']._serialized_end=802
   _globals['_IMAGE']._serialized_start=37
   _globals['_IMAGE']._serialized_end=78
   _globals['_MASK']._serialized_start=80
@@ -48,6 +48,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODELINFO_RULESENTRY']._serialized_end=477
   _globals['_OPERATINGPOINT']._serialized_start=479
   _globals['_OPERATINGPOINT']._serialized_end=562
-  _globals['_STAGESERVICE']._serialized_start=564
-  _globals['_STAGESERVICE']._serialized_end=661
+  _globals['_STAGESERVICE']._serialized_start=565
+  _globals['_STAGESERVICE']._serialized_end=697
 # @@protoc_insertion_point(module_scope)

@@ -267,15 +267,29 @@ class StageService(_message.Message):
     URL_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     CONTRACT_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    WARNINGS_FIELD_NUMBER: _builtins.int
     stage: _builtins.str
     """"detector", "segmenter", "attributes" or "depth"."""
     url: _builtins.str
     """Base URL the orchestrator reached the service at."""
     contract: _builtins.str
     """The stage contract version the service reported, e.g. "negt2i.v1"."""
+    refused: _builtins.str
+    """Why the orchestrator refuses this stage now (its /info is not acceptable: another contract,
+    rule constants other than the orchestrator's, or, with strict stages on, no stated rules or
+    operating point); empty while the stage is accepted. Set in ServiceInfo.stages only.
+    """
     @_builtins.property
     def model(self) -> Global___ModelInfo:
         """The model the service reported on its info endpoint."""
+
+    @_builtins.property
+    def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the orchestrator assumes about an accepted stage that does not state it, e.g. a stage of
+        the contract before ModelInfo.rules "states no rule constants; assumed to apply ...". Empty for
+        a stage that states everything. Recorded in every results line as models.<stage>.warnings.
+        """
 
     def __init__(
         self,
@@ -284,10 +298,12 @@ class StageService(_message.Message):
         url: _builtins.str = ...,
         model: Global___ModelInfo | None = ...,
         contract: _builtins.str = ...,
+        refused: _builtins.str = ...,
+        warnings: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["contract", b"contract", "model", b"model", "stage", b"stage", "url", b"url"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["contract", b"contract", "model", b"model", "refused", b"refused", "stage", b"stage", "url", b"url", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -647,6 +647,7 @@ class Verdict(_message.Message):
     PROBES_FIELD_NUMBER: _builtins.int
     SOURCE_ID_FIELD_NUMBER: _builtins.int
     FORM_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
     prompt_id: _builtins.str
     """The prompt's id."""
     tag: _builtins.str
@@ -673,6 +674,12 @@ class Verdict(_message.Message):
     """The prompt's source_id ("" when none)."""
     form: _builtins.str
     """The prompt's form ("" when none)."""
+    score: _builtins.float
+    """The continuous score in [0, 1]: the share of satisfied elements, (objects present with a valid count
+    + statements passed) / (objects + statements), the paper's continuous human score (Appendix B.1).
+    1.0 iff correct. Set by every evaluator of this version; an older one leaves it unset, and a reader then
+    computes it from objects and statements (docs/results.md).
+    """
     @_builtins.property
     def objects(self) -> _containers.RepeatedCompositeFieldContainer[Global___ObjectVerdict]:
         """Per-object decisions."""
@@ -703,12 +710,15 @@ class Verdict(_message.Message):
         probes: _abc.Iterable[Global___StatementVerdict] | None = ...,
         source_id: _builtins.str = ...,
         form: _builtins.str = ...,
+        score: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_score", b"_score", "score", b"score"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["category", b"category", "config_json", b"config_json", "correct", b"correct", "evaluator_version", b"evaluator_version", "failure_class", b"failure_class", "form", b"form", "objects", b"objects", "probes", b"probes", "prompt", b"prompt", "prompt_id", b"prompt_id", "reason", b"reason", "setting", b"setting", "source_id", b"source_id", "statements", b"statements", "tag", b"tag"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_score", b"_score", "category", b"category", "config_json", b"config_json", "correct", b"correct", "evaluator_version", b"evaluator_version", "failure_class", b"failure_class", "form", b"form", "objects", b"objects", "probes", b"probes", "prompt", b"prompt", "prompt_id", b"prompt_id", "reason", b"reason", "score", b"score", "setting", b"setting", "source_id", b"source_id", "statements", b"statements", "tag", b"tag"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__score: _TypeAlias = _typing.Literal["score"]  # noqa: Y015
+    _WhichOneofArgType__score: _TypeAlias = _typing.Literal["_score", b"_score"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__score) -> _WhichOneofReturnType__score | None: ...
 
 Global___Verdict: _TypeAlias = Verdict  # noqa: Y015
 

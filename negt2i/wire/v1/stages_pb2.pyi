@@ -551,10 +551,16 @@ class StageInfo(_message.Message):
     READY_FIELD_NUMBER: _builtins.int
     FEATURES_FIELD_NUMBER: _builtins.int
     CONTENT_TYPES_FIELD_NUMBER: _builtins.int
+    MODEL_DIGEST_FIELD_NUMBER: _builtins.int
     contract: _builtins.str
     """Contract version, "negt2i.v1"."""
     ready: _builtins.bool
     """Whether the model is loaded (the same as GET /readyz answering 200)."""
+    model_digest: _builtins.str
+    """The digest this service's results carry in model_digest, when the service chooses its own
+    (any text of 1 to 64 characters [0-9A-Za-z._:-] that changes whenever ModelInfo does). Empty:
+    results carry ModelInfo's own digest (docs/stage-contract.md, "Identity"), or none at all.
+    """
     @_builtins.property
     def model(self) -> _common_pb2.ModelInfo:
         """The model behind the service."""
@@ -568,6 +574,9 @@ class StageInfo(_message.Message):
         """Optional contract features the service honours, e.g. "detect.classes" (DetectItem.classes
         and max_per_class). A caller sends a feature's fields only to a service that lists it:
         services of the contract before the feature reject unknown fields.
+        "image.exif_orientation": the service applies an image's EXIF orientation (tag 274) before
+        anything else, as negt2i.images.decode_image does; a service that does not list it is sent
+        images whose stored pixels are already upright (docs/stage-contract.md, "Compatibility").
         """
 
     @_builtins.property
@@ -586,10 +595,11 @@ class StageInfo(_message.Message):
         ready: _builtins.bool = ...,
         features: _abc.Iterable[_builtins.str] | None = ...,
         content_types: _abc.Iterable[_builtins.str] | None = ...,
+        model_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits", "model", b"model"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_types", b"content_types", "contract", b"contract", "features", b"features", "limits", b"limits", "model", b"model", "ready", b"ready"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content_types", b"content_types", "contract", b"contract", "features", b"features", "limits", b"limits", "model", b"model", "model_digest", b"model_digest", "ready", b"ready"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,200 @@
+"""The judge harness end to end with the real architectures built from tiny random configurations, offline:
+question file and images in, P("yes") per question out, resume, timing and memory fields, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from negt2i.cli import main
+from negt2i.judges import registry
+from negt2i.judges.harness import RUN_FORMAT
+
+VQA = ("qwen2.5-vl-7b", "qwen3-vl-8b", "internvl3.5-8b")
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two demo images (GenEval layout), their prompts and question file."""
+    from negt2i.stages.demo_data import main as demo
+
+    root = tmp_path_factory.mktemp("judges")
+    images = root / "images"
+    assert demo([str(images), "--prompts", "2", "--samples", "1", "--size", "64"]) == 0
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(p.read_text() for p in sorted(images.glob("*/metadata.jsonl"))))
+    questions = root / "q.jsonl"
+    assert main(["questions", str(prompts), "--out", str(questions)]) == 0
+    return {"root": root, "images": images, "questions": questions}
+
+
+def _rows(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return [x for x in lines if x.get("negt2i") == RUN_FORMAT], [x for x in lines if "negt2i" not in x]
+
+
+def _questions(study: dict[str, Path], mode: str) -> set[tuple[str, str]]:
+    out = set()
+    for line in study["questions"].read_text().splitlines():
+        rec = json.loads(line)
+        folder = next(p.parent.name for p in study["images"].glob("*/metadata.jsonl")
+                      if json.loads(p.read_text())["id"] == rec["prompt_id"])  # fmt: skip
+        out |= {(f"{folder}/samples/0000.png", q["element"]) for q in rec["questions"] if mode in q["modes"]}
+    return out
+
+
+def _run(study: dict[str, Path], judge: str, mode: str, out: Path, *extra: str) -> int:
+    return main(["judges", "run", "--judge", judge, "--mode", mode, "--questions", str(study["questions"]),
+                 "--images", str(study["images"]), "--out", str(out), "--random-init", "--no-progress",
+                 *extra])  # fmt: skip
+
+
+@pytest.mark.parametrize("judge", VQA)
+def test_each_architecture_answers_every_question_and_resumes(study: dict[str, Path], judge: str) -> None:
+    out = study["root"] / f"{judge}.jsonl"
+    assert _run(study, judge, "neg", out, "--batch-size", "3") == 0
+    headers, rows = _rows(out)
+    assert len(headers) == 1
+    h = headers[0]
+    assert h["judge"] == registry.backend(judge).label + "-random" and h["mode"] == "neg"
+    assert h["revision"] == "random-init" and h["batch_size"] == 3 and h["load_seconds"] > 0
+    assert h["library"].startswith("transformers ") and h["params"] > 0 and len(h["questions"]["sha256"]) == 64
+    assert {(r["image"], r["element"]) for r in rows} == _questions(study, "neg")
+    assert len(rows) == len(_questions(study, "neg"))
+    for r in rows:
+        assert 0.0 <= r["p_yes"] <= 1.0 and 0.0 <= r["p_no"] <= 1.0 and r["p_yes"] + r["p_no"] <= 1.0 + 1e-6
+        assert r["seconds"] > 0 and r["gpu_gib"] is None and r["rss_gib"] > 0 and r["run"] == h["run"]
+    # resume: nothing left to ask, the file is unchanged
+    before = out.read_bytes()
+    assert _run(study, judge, "neg", out) == 0
+    assert out.read_bytes() == before
+    # a run killed mid-write: the last row torn off, another lost; the rerun asks exactly those two again
+    lines = before.decode().splitlines(keepends=True)
+    out.write_text("".join(lines[:-2]) + lines[-2][:25])
+    assert _run(study, judge, "neg", out) == 0
+    headers2, rows2 = _rows(out)
+    assert len(headers2) == 2 and len(rows2) == len(rows)
+    assert {(r["image"], r["element"]) for r in rows2} == _questions(study, "neg")
+    assert sorted(r["run"] for r in rows2).count(headers2[1]["run"]) == 2
+
+
+def test_a_batch_gives_each_question_its_own_probabilities() -> None:
+    """Left padding: questions of different lengths about different images, batched or one by one."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in ((40, 70), (90, 50))]
+    items = [(images[0], "Is there exactly one bench?"), (images[1], "Is the backpack not above the parking meter?")]
+    for name in VQA:
+        judge: Any = registry.create(name, device="cpu", random_init=True)
+        batched = judge.answer_batch(items)
+        alone = [judge.answer_batch([it])[0] for it in items]
+        assert np.allclose(batched, alone, atol=1e-5), name
+
+
+def test_score_judge_and_the_kind_mode_pairing(study: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    out = study["root"] / "clip.jsonl"
+    assert _run(study, "clipscore-vit-b-32", "score", out, "--batch-size", "2") == 0
+    headers, rows = _rows(out)
+    assert headers[0]["kind"] == "score" and headers[0]["library"].startswith("open_clip_torch")
+    assert len(rows) == 2 and all(r["element"] == "prompt" and -1.0 <= r["score"] <= 1.0 for r in rows)
+    capsys.readouterr()
+    assert _run(study, "clipscore-vit-b-32", "pos", study["root"] / "x.jsonl") == 1
+    assert "clipscore-vit-b-32 is a score judge: use --mode score" in capsys.readouterr().err
+    assert _run(study, "qwen3-vl-8b", "score", study["root"] / "x.jsonl") == 1
+    assert "is a vqa judge: use --mode whole | pos | neg" in capsys.readouterr().err
+    assert not (study["root"] / "x.jsonl").exists()
+
+
+def test_bad_input_is_refused_before_any_model_loads(
+    study: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a question file from another corpus version: one prompt differs from the images' metadata
+    lines = study["questions"].read_text().splitlines()
+    rec = json.loads(lines[0])
+    rec["prompt_sha256"] = "0" * 64
+    other = tmp_path / "q-other.jsonl"
+    other.write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    args = ["judges", "run", "--judge", "qwen3-vl-8b", "--mode", "pos", "--images", str(study["images"]),
+            "--random-init", "--no-progress"]  # fmt: skip
+    assert main([*args, "--questions", str(other), "--out", str(tmp_path / "a.jsonl")]) == 1
+    assert "the question file was made from another corpus version" in capsys.readouterr().err
+    # a question file lacking an image's prompt
+    (tmp_path / "q-short.jsonl").write_text(lines[0] + "\n")
+    assert main([*args, "--questions", str(tmp_path / "q-short.jsonl"), "--out", str(tmp_path / "a.jsonl")]) == 1
+    assert "the question file has no questions for prompt" in capsys.readouterr().err
+    assert not (tmp_path / "a.jsonl").exists()
+    # --out that is not a judge file, or another judge's / mode's file: refused and left as it is
+    user = tmp_path / "notes.jsonl"
+    user.write_text('{"my": "data"}\n')
+    assert main([*args, "--questions", str(study["questions"]), "--out", str(user)]) == 2
+    assert "not a judge file line" in capsys.readouterr().err and user.read_text() == '{"my": "data"}\n'
+    clip = tmp_path / "clip.jsonl"
+    clip.write_text(
+        json.dumps({"judge": "CLIPScore", "mode": "score", "image": "x", "element": "prompt", "score": 0.1}) + "\n"
+    )
+    before = clip.read_bytes()
+    assert main([*args, "--questions", str(study["questions"]), "--out", str(clip)]) == 2
+    assert "one file per judge and mode" in capsys.readouterr().err and clip.read_bytes() == before
+
+
+def test_real_weights_are_the_default_and_missing_ones_say_how_to_fetch(
+    study: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for judge, mode in (("qwen2.5-vl-7b", "pos"), ("clipscore-vit-b-32", "score")):
+        code = main(["judges", "run", "--judge", judge, "--mode", mode, "--questions", str(study["questions"]),
+                     "--images", str(study["images"]), "--out", str(tmp_path / f"{judge}.jsonl"),
+                     "--weights-dir", str(tmp_path / "cache")])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 1
+        assert err.count("error:") == 1 and f"negt2i weights fetch --dir {tmp_path / 'cache'} {judge}" in err
+        assert "--random-init" in err
+        assert not (tmp_path / f"{judge}.jsonl").exists()
+
+
+def test_judges_list_shows_every_judge_with_its_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["judges", "list", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for name in (*VQA, "clipscore-vit-b-32"):
+        assert name in out
+    assert out.count("missing") == 4 and "Qwen3-VL-8B" in out
+
+
+def test_weights_fetch_takes_judge_names_and_fetches_their_shards(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A judge's entry fetches its required files and every file of the repository matching its patterns
+    (the weight shards), then records the lock that loading verifies."""
+    import types
+
+    import huggingface_hub
+
+    from negt2i import weights
+
+    repo_files = ["config.json", "model.safetensors.index.json", "preprocessor_config.json", "tokenizer_config.json",
+                  "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "chat_template.jinja",
+                  "README.md", "assets/figure.png"]  # fmt: skip
+    fetched: list[str] = []
+
+    class Api:
+        def model_info(self, repo: str, revision: str) -> Any:
+            assert repo == "Qwen/Qwen3-VL-8B-Instruct" and revision == "main"
+            siblings = [types.SimpleNamespace(rfilename=f) for f in repo_files]
+            return types.SimpleNamespace(sha="c0ffee", siblings=siblings)
+
+    def download(repo: str, rel: str, revision: str, local_dir: Path) -> str:
+        assert revision == "c0ffee"
+        fetched.append(rel)
+        (Path(local_dir) / rel).write_text(rel)
+        return str(Path(local_dir) / rel)
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    assert main(["weights", "fetch", "--dir", str(tmp_path), "qwen3-vl-8b"]) == 0
+    assert sorted(fetched) == sorted(f for f in repo_files if not f.startswith(("README", "assets")))
+    assert weights.status("qwen3-vl-8b", tmp_path) == "ok"
+    assert weights.verify("qwen3-vl-8b", tmp_path).revision == "c0ffee"
