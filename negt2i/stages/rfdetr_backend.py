@@ -241,7 +241,7 @@ class RFDETRDetector:
         resized (bilinear, no antialias) to the inference resolution and normalised, exactly as
         ``RFDETR.predict`` does per image."""
         import torch
-        import torchvision.transforms.functional as TF
+        import torchvision.transforms.functional as TF  # type: ignore[import-untyped]
         from rfdetr.detr import _uint8_chw_to_float, _uint8_image_to_chw_view
 
         from negt2i.stages._torch import precision
