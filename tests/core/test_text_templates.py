@@ -116,3 +116,17 @@ def test_re_judging_refuses_another_template_set():
     check_config(SavedRun([], {}, ENSEMBLE.record(), []), ENSEMBLE)
     with pytest.raises(RejudgeError, match="text templates"):
         check_config(SavedRun([], {}, ENSEMBLE.record(), []), CURRENT)
+
+
+def test_both_records_validate_against_the_published_rule_config_schema():
+    from jsonschema import Draft202012Validator
+
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[2] / "protos/negt2i/v1/schemas/rule-config.schema.json"
+    schema = json.loads(committed.read_text())
+    validator = Draft202012Validator(schema)
+    assert not list(validator.iter_errors(CURRENT.record()))  # the field left out at its default
+    assert not list(validator.iter_errors(ENSEMBLE.record()))
+    bad = {**ENSEMBLE.record(), "attributes": {**ENSEMBLE.record()["attributes"], "text_templates": "five"}}
+    assert list(validator.iter_errors(bad))
