@@ -119,9 +119,9 @@ def test_re_judging_refuses_another_template_set():
 
 
 def test_both_records_validate_against_the_published_rule_config_schema():
-    from jsonschema import Draft202012Validator
-
     from pathlib import Path
+
+    from jsonschema import Draft202012Validator
 
     committed = Path(__file__).resolve().parents[2] / "protos/negt2i/v1/schemas/rule-config.schema.json"
     schema = json.loads(committed.read_text())
