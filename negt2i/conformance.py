@@ -11,7 +11,7 @@ with an unknown field (that item fails with 400), readiness (``/readyz`` 200 mea
 ``/info`` says ``ready`` and items are answered), and the ``/info`` schema (no
 unknown fields, the stage's rule constants, a detector's operating point); for a detector whose
 ``/info`` lists the ``detect.classes`` feature, that ``classes`` / ``max_per_class`` give exactly the
-unfiltered answer reduced by the class filter (``negt2i.stages.common.filter_detections``).
+unfiltered answer reduced by the class filter (``negt2i.flow.filter_detections``).
 
 Every returned answer is checked against the contract rules of ``negt2i.flow``
 (class names in the benchmark vocabulary, scores in [floor, 1], finite boxes
@@ -28,14 +28,12 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
 from negt2i.config import CURRENT, OPTIONAL_STAGE_RULES, STAGE_RULES, RuleConfig
 from negt2i.stage_types import STAGES
-
-SEVERITY: Final = ("required", "recommended")
 
 
 @dataclass(frozen=True)
@@ -386,7 +384,7 @@ def run_checks(
         if stage == "detector" and adapter.FEATURE_DETECT_CLASSES in limits.get("features", ()):
 
             def class_filter() -> str:
-                from negt2i.stages.common import filter_detections
+                from negt2i.flow import filter_detections
 
                 seen = []
                 for data in [png, *(Path(p).read_bytes() for p in images)]:

@@ -14,7 +14,8 @@ Kinds:
 - ``missing_metadata``: no prompt for the image (no ``metadata.jsonl``, unknown prompt id);
 - ``invalid_metadata``: the prompt record is invalid;
 - ``stage_error``: a stage failed, answered outside the contract (``rule`` names the
-  contract rule it broke), or the judge could not use the perception (``stage == "judge"``).
+  contract rule it broke, a ``ContractRule``), or the judge could not use the perception
+  (``stage == "judge"``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,52 @@ class FailureKind(StrEnum):
 FAILURE_KINDS: Final[tuple[str, ...]] = tuple(k.value for k in FailureKind)
 """Every kind's spelling, derived from the enum (the first word of an error line's ``error``)."""
 
+
+class ContractRule(StrEnum):
+    """The stage contract's rules (``docs/stage-contract.md``, "What the orchestrator checks in every answer"):
+    the one list of names a ``Failure.rule`` takes. ``requirement`` says what each rule requires."""
+
+    IMAGE_SIZE = "image-size"
+    CLASS_VOCABULARY = "class-vocabulary"
+    SCORE_RANGE = "score-range"
+    BOX_INSIDE_IMAGE = "box-inside-image"
+    MASK_SIZE = "mask-size"
+    RESULT_COUNT = "result-count"
+    SCORE_FINITE = "score-finite"
+    DEPTH_FINITE = "depth-finite"
+    DETECT_RESULT = "detect-result"
+    RESULT_SCHEMA = "result-schema"
+    STAGE_INFO = "stage-info"
+
+    @property
+    def requirement(self) -> str:
+        """What the rule requires of a stage answer, in words."""
+        return _REQUIREMENTS[self]
+
+    @classmethod
+    def parse(cls, name: str) -> ContractRule | None:
+        """The rule named ``name`` as another process wrote it (empty: none; a name this version does not
+        know, from a newer server: none, the failure's rendered text still carries it)."""
+        try:
+            return cls(name) if name else None
+        except ValueError:
+            return None
+
+
+_REQUIREMENTS: Final[dict[ContractRule, str]] = {
+    ContractRule.IMAGE_SIZE: "detections are for the image's (H, W)",
+    ContractRule.CLASS_VOCABULARY: "class names are COCO classes in the benchmark's spelling",
+    ContractRule.SCORE_RANGE: "detection scores are finite and in [prediction floor, 1]",
+    ContractRule.BOX_INSIDE_IMAGE: "boxes are finite xyxy pixel edges inside [0, W] x [0, H] with x0 <= x1, y0 <= y1",
+    ContractRule.MASK_SIZE: "masks are (H, W) at the image's resolution, one per instance",
+    ContractRule.RESULT_COUNT: "one answer per requested instance",
+    ContractRule.SCORE_FINITE: "attribute scores are finite",
+    ContractRule.DEPTH_FINITE: "disparity is finite",
+    ContractRule.DETECT_RESULT: "a detector's result decodes to detections (masks, boxes and scores agree)",
+    ContractRule.RESULT_SCHEMA: "the result parses as its message (no unknown fields)",
+    ContractRule.STAGE_INFO: "the stage's /info is valid for this orchestrator",
+}
+
 OTHER_KIND: Final = "other"
 """How reports count an error line whose kind is not in the vocabulary (files written by other tools)."""
 
@@ -44,7 +91,8 @@ class Failure(Exception):
 
     ``kind``: the ``FailureKind``; ``message``: the human-readable reason; ``stage``:
     the stage that failed (``detector`` ... ``depth``, ``judge``), if any; ``rule``:
-    the contract rule a stage answer broke (``docs/stage-contract.md``), if any;
+    the ``ContractRule`` a stage answer broke (``docs/stage-contract.md``), if any (a rule's
+    spelling is accepted and checked: a name outside the enum is a ``ValueError``);
     ``field``: the offending request field, if any; ``code``: the gRPC status name
     the orchestrator answers with (``INTERNAL`` unless said otherwise); ``reason``: the
     machine-readable reason of the rich error model (``negt2i.wire.errors.Reason``; derived
@@ -57,7 +105,7 @@ class Failure(Exception):
         message: str,
         *,
         stage: str = "",
-        rule: str = "",
+        rule: ContractRule | None = None,
         field: str = "",
         code: str = "INTERNAL",
         text: str | None = None,
@@ -68,7 +116,7 @@ class Failure(Exception):
         self.kind = FailureKind(kind)
         self.message = message
         self.stage = stage
-        self.rule = rule
+        self.rule: ContractRule | None = ContractRule(rule) if rule else None
         self.field = field
         self.code = code
         self.reason = reason
@@ -95,7 +143,9 @@ class Failure(Exception):
 class StageError(Failure):
     """A stage failed, or answered outside the contract, for one image (kind ``stage_error``)."""
 
-    def __init__(self, stage: str, message: str, *, rule: str = "", field: str = "", code: str = "INTERNAL") -> None:
+    def __init__(
+        self, stage: str, message: str, *, rule: ContractRule | None = None, field: str = "", code: str = "INTERNAL"
+    ) -> None:
         super().__init__(FailureKind.STAGE_ERROR, message, stage=stage, rule=rule, field=field, code=code)
 
 

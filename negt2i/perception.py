@@ -16,8 +16,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from negt2i import rle
-
 BoolMask = NDArray[np.bool_]
 FloatArray = NDArray[np.float32]
 
@@ -252,8 +250,3 @@ class ImagePerception:
     @property
     def shape_hw(self) -> tuple[int, int]:
         return self.detections.shape_hw
-
-
-def masks_to_rle(masks: BoolMask) -> list[rle.RLE]:
-    """Encode a stack (N, H, W) of masks as COCO RLE records."""
-    return [rle.encode(m) for m in masks]

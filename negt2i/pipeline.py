@@ -4,8 +4,8 @@ For a batch of (prompt, image) pairs:
 
 1. ``detections = detector.detect(images, classes=, max_per_class=)`` (batched over images; each
    image's prompt classes and the per-class cap, ``flow.detector_request``; a detector without
-   the keywords is called with the images alone and filtered after, ``detect_requested``);
-2. ``flow.begin`` per image validates them and plans the other stages' requests;
+   the keywords is called with the images alone, ``ask_detector``);
+2. ``flow.begin`` per image validates them, applies the class filter and plans the other stages' requests;
 3. refined masks (segmenter), attribute scores and disparity, each stage called
    once for the images of the batch that need it (``refine_batch`` /
    ``score_batch`` of ``negt2i.stages.base``: per image for a backend without
@@ -44,7 +44,7 @@ from numpy.typing import NDArray
 
 from negt2i import flow
 from negt2i.config import CURRENT, RuleConfig
-from negt2i.failures import Failure, StageError
+from negt2i.failures import ContractRule, Failure, StageError
 from negt2i.perception import Detections, ImagePerception
 from negt2i.spec import Prompt
 from negt2i.stage_types import STAGES, Image
@@ -61,7 +61,7 @@ from negt2i.stages.base import (
     refine_batch,
     score_batch,
 )
-from negt2i.stages.common import detect_requested
+from negt2i.stages.common import ask_detector
 from negt2i.stages.registry import DEFAULT_BACKENDS, create
 from negt2i.verdict import Verdict
 
@@ -144,7 +144,9 @@ def _batched(stage: str, fn: Callable[[list[A]], Sequence[T]], items: list[A]) -
         try:
             out = fn(group)
             if len(out) != len(group):
-                raise StageError(stage, f"returned {len(out)} results for {len(group)} images", rule="result-count")
+                raise StageError(
+                    stage, f"returned {len(out)} results for {len(group)} images", rule=ContractRule.RESULT_COUNT
+                )
         except Exception as exc:
             if len(group) == 1:
                 results.append(_as_failure(stage, exc))
@@ -291,7 +293,7 @@ class Pipeline:
                 raise p
         images, classes = [im for im, _, _ in items], [r.classes for _, r, _ in items]
         prepared = ready if ready and len(ready) == len(items) else None
-        return detect_requested(self.stages.detector, images, classes, cap, prepared=prepared)
+        return ask_detector(self.stages.detector, images, classes, cap, prepared=prepared)
 
     def plan(self, perceived: Perceived) -> None:
         """``flow.begin`` per image: the detector's answer checked against the contract, the other stages'
@@ -394,9 +396,8 @@ class Pipeline:
         planned, failure = perceived.requests[i], perceived.failures[i]
         if failure is None and planned is not None:
             try:
-                verdict, perception = flow.finish(
-                    perceived.prompts[i], planned, config=self.config, **perceived.answers[i]
-                )
+                answers = flow.StageAnswers(**perceived.answers[i])
+                verdict, perception = flow.finish(perceived.prompts[i], planned, answers, config=self.config)
             except Failure as exc:
                 failure = exc
             else:

@@ -61,7 +61,6 @@ MAX_EXTRA_DEPTH = 16
 _KNOWN_KEYS = frozenset(
     {"id", "tag", "category", "setting", "prompt", "include", "statements", "exclude", "probes", "source_id", "form"}
 )
-_GENEVAL_COLOR_TAGS = frozenset({"colors", "color_attr"})
 
 
 class SpecError(ValueError):

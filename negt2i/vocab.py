@@ -173,11 +173,3 @@ def did_you_mean(word: str, vocabulary: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` for a refused ``word`` with a likely canonical spelling, else ``""``."""
     hit = suggest(word, vocabulary)
     return f"; did you mean {hit!r}?" if hit is not None and hit != word else ""
-
-
-def category_of_predicate(predicate: str) -> Category:
-    """Return the relation category a predicate belongs to, or raise ``KeyError``."""
-    for category, names in PREDICATES.items():
-        if predicate in names:
-            return category
-    raise KeyError(predicate)

@@ -160,7 +160,7 @@ def _judge(name: str, repo: str, size_mb: int) -> WeightsEntry:
         source="hf",
         repo=repo,
         revision="main",
-        files=("config.json", "model.safetensors.index.json", "preprocessor_config.json", "tokenizer_config.json"),
+        files=("config.json", "model.safetensors.index.json", "tokenizer_config.json"),
         main_file="model.safetensors.index.json",
         size_mb=size_mb,
         patterns=_HF_MODEL_FILES,
@@ -173,6 +173,9 @@ JUDGE_WEIGHTS: Final[dict[str, WeightsEntry]] = {
         _judge("qwen2.5-vl-7b", "Qwen/Qwen2.5-VL-7B-Instruct", 16600),
         _judge("qwen3-vl-8b", "Qwen/Qwen3-VL-8B-Instruct", 17500),
         _judge("internvl3.5-8b", "OpenGVLab/InternVL3_5-8B-HF", 17000),
+        _judge("internvl3-8b", "OpenGVLab/InternVL3-8B-hf", 16000),
+        _judge("qwen3-vl-32b", "Qwen/Qwen3-VL-32B-Instruct", 66700),
+        _judge("internvl3.5-38b", "OpenGVLab/InternVL3_5-38B-HF", 77000),
         WeightsEntry(
             name="clipscore-vit-b-32",
             stage="judge",
@@ -188,7 +191,7 @@ JUDGE_WEIGHTS: Final[dict[str, WeightsEntry]] = {
 }
 """The judges of the agreement study (Section 4, issue 23; ``negt2i judges list``), by judge name. Kept apart
 from ``WEIGHTS`` (the evaluator's models): ``negt2i weights fetch NAME`` fetches one, ``--judges`` all of them,
-and ``--all`` still means the evaluator's models only (the judges are ~50 GB)."""
+and ``--all`` still means the evaluator's models only (the judges are ~260 GB)."""
 
 
 def weights_dir(path: str | Path | None = None) -> Path:

@@ -48,7 +48,7 @@ from negt2i.wire.v1 import common_pb2, evaluator_pb2, evaluator_pb2_grpc
 from orchestrator import discovery, guard
 from orchestrator.admission import Admission, Overloaded, default_budget, item_cost
 from orchestrator.security import TokenAuth, server_credentials
-from orchestrator.settings import Settings
+from orchestrator.settings import Settings, SettingsError
 from orchestrator.stages import RemoteStages
 
 log = logging.getLogger("negt2i.orchestrator")
@@ -154,7 +154,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             answers[name] = value
             served[service.stage] = service
         verdict, perception = await asyncio.to_thread(
-            functools.partial(flow.finish, prompt, req, config=self.config, **answers)
+            functools.partial(flow.finish, prompt, req, flow.StageAnswers(**answers), config=self.config)
         )
         response = evaluator_pb2.EvaluateResponse(
             request_id=request.request_id,
@@ -578,6 +578,10 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
 def main(argv: list[str] | None = None) -> int:
     """``python -m orchestrator``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    settings = Settings.from_args(argv)
+    try:
+        settings = Settings.from_args(argv)
+    except SettingsError as exc:  # an invalid NEGT2I_* variable: one line, no traceback
+        print(f"orchestrator: {exc}", file=sys.stderr)
+        return 2
     asyncio.run(serve(settings))
     return 0

@@ -71,12 +71,10 @@ from numpy.typing import NDArray
 
 from negt2i import images
 from negt2i.config import RuleConfig
-from negt2i.failures import StageError
+from negt2i.failures import ContractRule, StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
 from negt2i.stage_identity import StageCheck, check_model_info
-from negt2i.stage_types import ModelInfo
-from negt2i.stages.common import filter_detections
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, stages_pb2
@@ -109,9 +107,6 @@ class WireStats:
         self.calls[stage] = self.calls.get(stage, 0) + 1
         self.sent[stage] = self.sent.get(stage, 0) + sent
         self.received[stage] = self.received.get(stage, 0) + received
-
-    def total(self) -> int:
-        return sum(self.sent.values()) + sum(self.received.values())
 
 
 class _Limiter:
@@ -431,10 +426,6 @@ class RemoteStages:
                 out[stage] = "accepted with warnings: " + "; ".join(self.warnings[stage])
         return out
 
-    def model_info(self, stage: str) -> ModelInfo:
-        """The core ``ModelInfo`` of a stage."""
-        return adapter.model_info_from_proto(self.service(stage).model)
-
     def binary(self, stage: str) -> bool:
         """Whether calls to ``stage`` send binary protobuf bodies: its last ``/info`` lists
         ``application/x-protobuf`` and it has not answered one with 415 (at its current model digest)."""
@@ -453,7 +444,9 @@ class RemoteStages:
                 if await self.read_info(stage) is False:  # None: busy (429), the call will say
                     self.problems.setdefault(stage, "GET /info did not answer 200")
         if stage in self.problems:
-            raise StageError(stage, f"refused: {self.problems[stage]}", rule="stage-info", code="UNAVAILABLE")
+            raise StageError(
+                stage, f"refused: {self.problems[stage]}", rule=ContractRule.STAGE_INFO, code="UNAVAILABLE"
+            )
         if stage in self.down:  # fail fast: nothing is sent to a stage its last health poll found down
             raise StageError(stage, f"down: {self.down[stage]}", code="UNAVAILABLE")
         binary = self.binary(stage)
@@ -551,7 +544,7 @@ class RemoteStages:
                 raise StageError(stage, "the stage must answer a JSON array with one result per item", code="INTERNAL")
             return adapter.from_json(data[0], spec.result, field=stage)
         except adapter.WireError as exc:
-            raise StageError(stage, f"contract violation: {exc}", rule="result-schema") from None
+            raise StageError(stage, f"contract violation: {exc}", rule=ContractRule.RESULT_SCHEMA) from None
 
     @staticmethod
     def _http_error(stage: str, r: httpx.Response) -> StageError:
@@ -602,10 +595,10 @@ class RemoteStages:
     async def detect(
         self, image: bytes, shape_hw: tuple[int, int], deadline: float, request: DetectRequest | None = None
     ) -> tuple[Detections, common_pb2.StageService]:
-        """Detections of one image (checked against the contract by ``negt2i.flow.begin``), filtered to
-        ``request`` (``negt2i.flow.detector_request``): the request is sent to a detector whose ``/info``
-        lists ``detect.classes`` (older services reject the unknown fields), and the same filter is applied
-        to whatever comes back, so every detector gives the flow the same detections."""
+        """Detections of one image as the detector answered ``request`` (``negt2i.flow.detector_request``):
+        the request is sent to a detector whose ``/info`` lists ``detect.classes`` (older services reject
+        the unknown fields); ``negt2i.flow.begin`` checks the answer against the contract and applies the
+        class filter, so every detector gives the rules the same detections."""
         msg_item = stages_pb2.DetectItem(image=adapter.image_to_proto(image))
         if request is not None and adapter.FEATURE_DETECT_CLASSES in await self.features("detector"):
             msg_item.classes.extend(request.classes)
@@ -617,9 +610,7 @@ class RemoteStages:
             try:
                 det = adapter.detections_from_proto(msg, field="detector")
             except adapter.WireError as exc:
-                raise StageError("detector", f"contract violation: {exc}", rule="detect-result") from None
-            if request is not None:
-                det = filter_detections(det, request.classes, request.max_per_class)[0]
+                raise StageError("detector", f"contract violation: {exc}", rule=ContractRule.DETECT_RESULT) from None
             return det, str(msg.model_digest)
 
         det, digest = await asyncio.to_thread(decode)
@@ -637,7 +628,7 @@ class RemoteStages:
             try:
                 return adapter.segment_result_masks(msg, boxes.shape[0], shape_hw), str(msg.model_digest)
             except adapter.WireError as exc:
-                raise StageError("segmenter", f"contract violation: {exc}", rule="mask-size") from None
+                raise StageError("segmenter", f"contract violation: {exc}", rule=ContractRule.MASK_SIZE) from None
 
         masks, digest = await asyncio.to_thread(decode)
         return masks, await self.served_by("segmenter", digest)
@@ -654,7 +645,7 @@ class RemoteStages:
             try:
                 return adapter.attributes_result_scores(msg, masks.shape[0], len(answers)), str(msg.model_digest)
             except adapter.WireError as exc:
-                raise StageError("attributes", f"contract violation: {exc}", rule="result-count") from None
+                raise StageError("attributes", f"contract violation: {exc}", rule=ContractRule.RESULT_COUNT) from None
 
         scores, digest = await asyncio.to_thread(decode)
         return scores, await self.served_by("attributes", digest)
@@ -671,7 +662,7 @@ class RemoteStages:
             try:
                 return adapter.depth_result_map(msg, shape_hw), str(msg.model_digest)
             except adapter.WireError as exc:
-                raise StageError("depth", f"contract violation: {exc}", rule="mask-size") from None
+                raise StageError("depth", f"contract violation: {exc}", rule=ContractRule.MASK_SIZE) from None
 
         values, digest = await asyncio.to_thread(decode)
         return values, await self.served_by("depth", digest)

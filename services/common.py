@@ -41,11 +41,16 @@ log = logging.getLogger("negt2i.services")
 
 http_guard.install()  # header read timeout, connections per peer, /info past BentoML's request cap
 
-HANDLERS: dict[str, StageHandler] = {}
-"""The loaded handler of each stage served by this worker process (read by the middleware)."""
-
 RUNTIMES: dict[str, StageRuntime] = {}
-"""The runtime of each stage served by this worker process (read by the middleware's binary route)."""
+"""The one registry: the ``StageRuntime`` of each stage served by this worker process, and through it the
+loaded handler (``runtime.handler``; None while loading), which ``StageHttpMiddleware`` reads for ``/info``
+and the binary route.
+
+Why a module global and not an attribute of the middleware: BentoML builds the middleware itself, from
+``add_asgi_middleware(StageHttpMiddleware, **kwargs)`` at import time, and creates the service instance
+(whose ``__init__`` starts the runtime) later, in the worker; neither is ever handed to the other, so the
+middleware can find the runtime only by its stage name. One worker per service (``service_options``), so
+one runtime per stage per process."""
 
 
 def service_options(settings: StageSettings) -> dict[str, Any]:
@@ -79,10 +84,9 @@ def model_hung_s() -> float | None:
 
 
 def load_handler(settings: StageSettings) -> StageHandler:
-    """Build the stage backend, run one warm-up item through it and register it for the middleware."""
+    """Build the stage backend and run one warm-up item through it."""
     handler = StageHandler(settings)
     handler.warm_up()
-    HANDLERS[settings.stage] = handler
     return handler
 
 
@@ -428,7 +432,8 @@ class StageHttpMiddleware:
             return
         method, path = scope.get("method", "GET"), scope.get("path", "/")
         if path == "/info" and method == "GET":
-            handler = HANDLERS.get(self.stage)
+            runtime = RUNTIMES.get(self.stage)
+            handler = runtime.handler if runtime is not None else None
             if handler is None:
                 await _send_json(send, 503, {"error": f"the {self.stage} model is not loaded yet"})
             else:

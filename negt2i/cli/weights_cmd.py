@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
     fetch.add_argument("names", nargs="*", help="backends to fetch (default: those the run uses, see above)")
     fetch.add_argument("--all", action="store_true", help="every backend of the weights table")
     fetch.add_argument(
-        "--judges", action="store_true", help="the agreement study's judges (negt2i judges list; ~50 GB)"
+        "--judges", action="store_true", help="the agreement study's judges (negt2i judges list; ~260 GB)"
     )
     fetch.add_argument("--backend", default=None, help="backend name for all four stages, as for evaluate")
     for stage in STAGES:

@@ -47,6 +47,14 @@ class OpenCLIPScore:
         return [float(v) for v in (img * txt).sum(dim=-1).tolist()]
 
 
+TINY_CFG: dict[str, Any] = {
+    "embed_dim": 16,
+    "vision_cfg": {"layers": 1, "width": 32, "head_width": 16, "patch_size": 8, "image_size": 32},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
+"""open_clip ``model_cfg`` of the tiny random CLIP (the form of an ``open_clip_config.json``)."""
+
+
 def tiny_clip(seed: int = 0) -> tuple[Any, Callable[[Any], Any], Callable[[list[str]], Any]]:
     """A random CLIP of ~2M parameters (32 px, one layer per tower) with open_clip's packaged tokenizer."""
     import open_clip
@@ -55,9 +63,9 @@ def tiny_clip(seed: int = 0) -> tuple[Any, Callable[[Any], Any], Callable[[list[
 
     torch.manual_seed(seed)
     model = CLIP(
-        embed_dim=16,
-        vision_cfg=CLIPVisionCfg(layers=1, width=32, head_width=16, patch_size=8, image_size=32),
-        text_cfg=CLIPTextCfg(context_length=77, vocab_size=49408, width=32, heads=2, layers=1),
+        embed_dim=TINY_CFG["embed_dim"],
+        vision_cfg=CLIPVisionCfg(**TINY_CFG["vision_cfg"]),
+        text_cfg=CLIPTextCfg(**TINY_CFG["text_cfg"]),
     )
     preprocess = open_clip.image_transform(32, is_train=False)
     return model, preprocess, open_clip.get_tokenizer("ViT-B-32")

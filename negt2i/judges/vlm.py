@@ -133,6 +133,10 @@ for _name, _label, _params, _repo, _family in (
     ("qwen2.5-vl-7b", "Qwen2.5-VL-7B", "7B", "Qwen/Qwen2.5-VL-7B-Instruct", "qwen2.5-vl"),
     ("qwen3-vl-8b", "Qwen3-VL-8B", "8B", "Qwen/Qwen3-VL-8B-Instruct", "qwen3-vl"),
     ("internvl3.5-8b", "InternVL3.5-8B", "8B", "OpenGVLab/InternVL3_5-8B-HF", "internvl"),
+    # the paper's other transformers judges: same model classes, so the same code and tiny test models
+    ("internvl3-8b", "InternVL3-8B", "8B", "OpenGVLab/InternVL3-8B-hf", "internvl"),
+    ("qwen3-vl-32b", "Qwen3-VL-32B", "32B", "Qwen/Qwen3-VL-32B-Instruct", "qwen3-vl"),
+    ("internvl3.5-38b", "InternVL3.5-38B", "38B", "OpenGVLab/InternVL3_5-38B-HF", "internvl"),
 ):
     ROWS[_name] = JudgeBackend(
         _name, "vqa", _factory(_name, _tiny(_family)), label=_label, params=_params, weights=_name, model=_repo

@@ -541,99 +541,6 @@ def tables(report: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]
     return out
 
 
-def write_csvs(report: dict[str, Any], out: Path) -> list[Path]:
-    """``negation_following.csv`` and ``wording_robustness.csv`` (percentages / points; none without probes).
-
-    Written by the report's own CSV writer (``report_csv.write_csv``: rates x 100, blank where undefined)."""
-    from negt2i.metrics.report_csv import write_csv
-
-    probes = report.get("probes")
-    if not probes:
-        return []
-    written: list[Path] = []
-    nf = [(n, r) for n, m in probes["models"].items() for r in m.get("negation_following", [])]
-    if nf:
-        path = out / "negation_following.csv"
-        header = [
-            "model",
-            "category",
-            "polarity",
-            "source_prompts",
-            "statements",
-            "evaluated_prompt",
-            "evaluated_control",
-            "rate_prompt_pct",
-            "rate_prompt_ci_low",
-            "rate_prompt_ci_high",
-            "rate_control_pct",
-            "rate_control_ci_low",
-            "rate_control_ci_high",
-            "effect_pts",
-            "effect_ci_low",
-            "effect_ci_high",
-        ]
-        rows = (
-            [
-                name,
-                r["category"],
-                r["polarity"],
-                r["prompts"],
-                r["statements"],
-                r["evaluated_prompt"],
-                r["evaluated_control"],
-                *_with_ci(r, "rate_prompt"),
-                *_with_ci(r, "rate_control"),
-                *_with_ci(r, "effect"),
-            ]
-            for name, r in nf
-        )
-        write_csv(path, header, rows)
-        written.append(path)
-    wr = [(n, r) for n, m in probes["models"].items() for r in m.get("wording_robustness", [])]
-    if wr:
-        path = out / "wording_robustness.csv"
-        header = [
-            "model",
-            "form",
-            "scope",
-            "source_prompts",
-            "images_form",
-            "images_original",
-            "accuracy_form_pct",
-            "accuracy_form_ci_low",
-            "accuracy_form_ci_high",
-            "accuracy_original_pct",
-            "accuracy_original_ci_low",
-            "accuracy_original_ci_high",
-            "difference_pts",
-            "difference_ci_low",
-            "difference_ci_high",
-        ]
-        rows = (
-            [
-                name,
-                r["form"],
-                r["scope"],
-                r["prompts"],
-                r["images_form"],
-                r["images_original"],
-                *_with_ci(r, "accuracy_form"),
-                *_with_ci(r, "accuracy_original"),
-                *_with_ci(r, "difference"),
-            ]
-            for name, r in wr
-        )
-        write_csv(path, header, rows)
-        written.append(path)
-    return written
-
-
-def _with_ci(r: dict[str, Any], key: str) -> list[Any]:
-    """``r[key]`` and its interval's bounds (None where undefined), as fractions for ``write_csv``."""
-    ci = r["interval"][key]
-    return [r[key], *(ci if ci is not None else (None, None))]
-
-
 __all__ = [
     "GUIDE_NEGATION",
     "GUIDE_WORDING",
@@ -649,5 +556,4 @@ __all__ = [
     "read_paraphrase",
     "tables",
     "wording_robustness",
-    "write_csvs",
 ]

@@ -184,7 +184,95 @@ def write_csvs(report: dict[str, Any], out: Path) -> list[Path]:
         ],
         matched_rows(),
     )
-    from negt2i.metrics import probes
-
-    written += probes.write_csvs(report, out)  # control / paraphrase tables (negt2i.metrics.probes), if any
+    written += write_probe_csvs(report, out)  # control / paraphrase tables (negt2i.metrics.probes), if any
     return written
+
+
+def write_probe_csvs(report: dict[str, Any], out: Path) -> list[Path]:
+    """``negation_following.csv`` and ``wording_robustness.csv`` from the report's probe section
+    (``negt2i.metrics.probes.add_to_report``; percentages / points; none without probes)."""
+    probes = report.get("probes")
+    if not probes:
+        return []
+    written: list[Path] = []
+    nf = [(n, r) for n, m in probes["models"].items() for r in m.get("negation_following", [])]
+    if nf:
+        path = out / "negation_following.csv"
+        header = [
+            "model",
+            "category",
+            "polarity",
+            "source_prompts",
+            "statements",
+            "evaluated_prompt",
+            "evaluated_control",
+            "rate_prompt_pct",
+            "rate_prompt_ci_low",
+            "rate_prompt_ci_high",
+            "rate_control_pct",
+            "rate_control_ci_low",
+            "rate_control_ci_high",
+            "effect_pts",
+            "effect_ci_low",
+            "effect_ci_high",
+        ]
+        rows = (
+            [
+                name,
+                r["category"],
+                r["polarity"],
+                r["prompts"],
+                r["statements"],
+                r["evaluated_prompt"],
+                r["evaluated_control"],
+                *_with_ci(r, "rate_prompt"),
+                *_with_ci(r, "rate_control"),
+                *_with_ci(r, "effect"),
+            ]
+            for name, r in nf
+        )
+        write_csv(path, header, rows)
+        written.append(path)
+    wr = [(n, r) for n, m in probes["models"].items() for r in m.get("wording_robustness", [])]
+    if wr:
+        path = out / "wording_robustness.csv"
+        header = [
+            "model",
+            "form",
+            "scope",
+            "source_prompts",
+            "images_form",
+            "images_original",
+            "accuracy_form_pct",
+            "accuracy_form_ci_low",
+            "accuracy_form_ci_high",
+            "accuracy_original_pct",
+            "accuracy_original_ci_low",
+            "accuracy_original_ci_high",
+            "difference_pts",
+            "difference_ci_low",
+            "difference_ci_high",
+        ]
+        rows = (
+            [
+                name,
+                r["form"],
+                r["scope"],
+                r["prompts"],
+                r["images_form"],
+                r["images_original"],
+                *_with_ci(r, "accuracy_form"),
+                *_with_ci(r, "accuracy_original"),
+                *_with_ci(r, "difference"),
+            ]
+            for name, r in wr
+        )
+        write_csv(path, header, rows)
+        written.append(path)
+    return written
+
+
+def _with_ci(r: dict[str, Any], key: str) -> list[Any]:
+    """``r[key]`` and its interval's bounds (None where undefined), as fractions for ``write_csv``."""
+    ci = r["interval"][key]
+    return [r[key], *(ci if ci is not None else (None, None))]

@@ -10,11 +10,13 @@ and the synthetic test backends run the same code around their models:
 - ``masked_crop``: the attribute crop, the box cut out of the image with pixels
   outside the instance mask filled with gray ``#999`` (Appendix C.1);
 - ``box_to_pixels``: continuous ``xyxy`` boxes to integer pixel windows;
-- ``select_requested`` / ``filter_detections`` / ``detect_requested``: the detector's class filter
-  (``DetectItem.classes`` and ``max_per_class`` in ``docs/stage-contract.md``): only the requested
-  classes, at most ``max_per_class`` per class (highest scores, ties to the earlier detection), in the
-  detector's own order, so that the rules (``negt2i.rules.select_instances``) keep exactly the same
-  instances with and without the filter.
+- ``ask_detector`` / ``detect_requested``: a detector called with the class filter
+  (``DetectItem.classes`` and ``max_per_class`` in ``docs/stage-contract.md``) when it takes it;
+  ``detect_requested`` (the detector service honouring a request) also applies the filter to what the
+  backend returns. The filter itself (``select_requested`` / ``filter_detections``: only the requested
+  classes, at most ``max_per_class`` per class, highest scores, ties to the earlier detection, in the
+  detector's own order) is the core's, ``negt2i.flow``, re-exported here; for the rules it runs once,
+  in ``negt2i.flow.begin``, after the whole answer was checked against the run's rules.
 """
 
 from __future__ import annotations
@@ -26,8 +28,28 @@ import numpy as np
 from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
+from negt2i.flow import filter_detections, select_requested
 from negt2i.perception import Detections
 from negt2i.rules import postprocess_mask, select_by_overlap
+
+__all__ = [  # select_requested / filter_detections: the core's class filter (negt2i.flow), re-exported
+    "GRAY_FILL",
+    "CandidateFn",
+    "ClassLists",
+    "accepts_classes",
+    "ask_detector",
+    "box_to_pixels",
+    "check_boxes",
+    "check_image",
+    "check_instance_masks",
+    "chunks",
+    "detect_requested",
+    "filter_detections",
+    "masked_crop",
+    "refine_with_candidates",
+    "select_detections",
+    "select_requested",
+]
 
 GRAY_FILL: Final[tuple[int, int, int]] = (0x99, 0x99, 0x99)
 """Fill colour for pixels outside the instance mask in attribute crops (``#999``)."""
@@ -77,84 +99,6 @@ ClassLists = Sequence[Collection[str] | None]
 """The classes wanted per image (``None`` or empty: every class), as ``Detector.detect`` takes them."""
 
 
-def select_requested(
-    class_names: Sequence[str | None],
-    scores: NDArray[Any],
-    classes: Collection[str] | None = None,
-    max_per_class: int = 0,
-) -> tuple[NDArray[np.intp], dict[str, int]]:
-    """Which detections a class-filtered detector returns, and the per-class counts of the capped classes.
-
-    ``class_names[i]`` is detection i's benchmark class (``None``: a label without one, never kept) and
-    ``scores[i]`` its score, in the detector's order, already at or above the prediction floor. Kept:
-    detections of ``classes`` (``None`` / empty: every class); when ``max_per_class`` > 0, per class
-    only the ``max_per_class`` highest scores, ties to the earlier detection, exactly the order
-    ``Detections.indices_of`` and ``negt2i.rules.select_instances`` use (scores compared as float32, as
-    ``Detections`` stores them). Returns the kept indices in ascending (the detector's) order and, for
-    each class that lost detections to the cap, how many it had before the cap
-    (``Detections.class_counts``).
-    """
-    if max_per_class < 0:
-        raise ValueError(f"max_per_class must be >= 0, got {max_per_class}")
-    n = len(class_names)
-    wanted = frozenset(classes) if classes else None
-    rows: dict[str, list[int]] = {}
-    for i, name in enumerate(class_names):
-        if name is not None and (wanted is None or name in wanted):
-            rows.setdefault(name, []).append(i)
-    if max_per_class <= 0:
-        keep = sorted(i for idx in rows.values() for i in idx)
-        return np.asarray(keep, dtype=np.intp), {}
-    s = np.asarray(scores, dtype=np.float32).reshape(n)
-    kept: list[int] = []
-    counts: dict[str, int] = {}
-    for name, idx in rows.items():
-        if len(idx) > max_per_class:
-            arr = np.asarray(idx, dtype=np.intp)
-            top = arr[np.argsort(-s[arr], kind="stable")[:max_per_class]]
-            kept.extend(int(i) for i in top)
-            counts[name] = len(idx)
-        else:
-            kept.extend(idx)
-    return np.asarray(sorted(kept), dtype=np.intp), counts
-
-
-def _within_contract(detections: Detections) -> bool:
-    """Whether ``detections`` passes the detector's contract rules (``negt2i.flow.check_detections`` with
-    the default rule config) for its own image size."""
-    from negt2i.failures import StageError
-    from negt2i.flow import check_detections
-
-    try:
-        check_detections(detections, detections.shape_hw)
-    except StageError:
-        return False
-    return True
-
-
-def filter_detections(
-    detections: Detections, classes: Collection[str] | None = None, max_per_class: int = 0
-) -> tuple[Detections, NDArray[np.intp]]:
-    """``detections`` reduced to what a class-filtered detector returns (``select_requested``), and the
-    original index of each kept detection. Nothing to drop: the same object. Counts a detector already
-    reported (``class_counts``) are kept. An answer that breaks the detector's contract (a class outside
-    the vocabulary, a score below the floor, a box off the image, in any row) is returned unfiltered, so
-    that the caller's contract check reports it instead of the filter hiding it."""
-    if not _within_contract(detections):
-        # Never filter away the evidence of a broken detector: the caller's contract check
-        # (``negt2i.flow.check_detections``) must see the row that breaks it and name the rule.
-        return detections, np.arange(len(detections), dtype=np.intp)
-    idx, counts = select_requested(detections.class_names, detections.scores, classes, max_per_class)
-    if len(idx) == len(detections):
-        return detections, idx
-    before = dict(detections.class_counts or {})
-    names = tuple(detections.class_names[i] for i in idx)
-    merged = {c: k for c, k in before.items() if c in set(names)}
-    merged.update({c: before.get(c, k) for c, k in counts.items()})
-    d = detections
-    return Detections(names, d.scores[idx], d.xyxy[idx], d.masks[idx], d.shape_hw, merged or None), idx
-
-
 def accepts_classes(detector: Any) -> bool:
     """Whether ``detector.detect`` takes the ``classes`` / ``max_per_class`` keywords (third-party
     detectors written before the filter take only ``images``)."""
@@ -169,6 +113,31 @@ def accepts_classes(detector: Any) -> bool:
     return "classes" in params and "max_per_class" in params
 
 
+def ask_detector(
+    detector: Any,
+    images: Sequence[NDArray[np.uint8]],
+    classes: ClassLists | None,
+    max_per_class: int = 0,
+    *,
+    prepared: Sequence[Any] | None = None,
+) -> list[Any]:
+    """``detector.detect`` asked for ``classes`` (per image) and ``max_per_class`` when it takes the keywords
+    (``accepts_classes``), else called with the images alone. What it returns is not filtered here: the
+    caller's ``negt2i.flow.begin`` checks the whole answer and applies the filter. With ``prepared`` (the
+    detector's ``prepare`` of each image, ``negt2i.stages.base.PreparesInputs``) its ``run_prepared`` is
+    called instead, with the class filter."""
+    per_image: list[Collection[str] | None] = list(classes) if classes is not None else [None] * len(images)
+    if len(per_image) != len(images):
+        raise ValueError(f"{len(per_image)} class lists for {len(images)} images")
+    if prepared is not None:
+        if len(prepared) != len(images):
+            raise ValueError(f"{len(prepared)} prepared inputs for {len(images)} images")
+        return list(detector.run_prepared(prepared, classes=per_image, max_per_class=max_per_class))
+    if (any(per_image) or max_per_class > 0) and accepts_classes(detector):
+        return list(detector.detect(images, classes=per_image, max_per_class=max_per_class))
+    return list(detector.detect(images))
+
+
 def detect_requested(
     detector: Any,
     images: Sequence[NDArray[np.uint8]],
@@ -177,27 +146,13 @@ def detect_requested(
     *,
     prepared: Sequence[Any] | None = None,
 ) -> list[Detections]:
-    """``detector.detect`` with the class filter: passed on when the detector takes it, and applied to
-    whatever it returns (``filter_detections``: a no-op for a detector that honoured it), so every
-    detector, old or new, gives the rules the same detections. With ``prepared`` (the detector's
-    ``prepare`` of each image, ``negt2i.stages.base.PreparesInputs``) its ``run_prepared`` is called
-    instead, with the class filter."""
-    per_image: list[Collection[str] | None] = list(classes) if classes is not None else [None] * len(images)
-    if len(per_image) != len(images):
-        raise ValueError(f"{len(per_image)} class lists for {len(images)} images")
-    if prepared is not None:
-        if len(prepared) != len(images):
-            raise ValueError(f"{len(prepared)} prepared inputs for {len(images)} images")
-        found = detector.run_prepared(prepared, classes=per_image, max_per_class=max_per_class)
-    elif any(per_image) or max_per_class > 0:
-        if accepts_classes(detector):
-            found = detector.detect(images, classes=per_image, max_per_class=max_per_class)
-        else:
-            found = detector.detect(images)
-    else:
-        found = detector.detect(images)
-    if not isinstance(found, list) or len(found) != len(images):
-        return list(found)  # the caller's contract check names what is wrong
+    """A detector that honours the class filter whatever its backend does (the detector service's answer to
+    a ``DetectItem`` with ``classes``): ``ask_detector``, then ``filter_detections`` applied to what the
+    backend returned (a no-op for a backend that honoured it)."""
+    found = ask_detector(detector, images, classes, max_per_class, prepared=prepared)
+    per_image = list(classes) if classes is not None else [None] * len(images)
+    if len(found) != len(images):
+        return found  # the caller's contract check names what is wrong
     return [
         filter_detections(d, c, max_per_class)[0] if isinstance(d, Detections) else d
         for d, c in zip(found, per_image, strict=True)

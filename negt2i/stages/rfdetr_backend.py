@@ -18,7 +18,7 @@ RF-DETR's post-processing (``_FilteredPostProcess``): of the top 300 query/class
 the requested classes above the floor, at most ``max_per_class`` per class, have their masks gathered
 and upsampled to the image, so the cost of full-resolution masks follows what the rules read, not the
 300 raw detections. The kept detections are exactly those the unfiltered call followed by
-``negt2i.stages.common.filter_detections`` gives (``tests/stages/test_class_filter.py``).
+``negt2i.flow.filter_detections`` gives (``tests/stages/test_class_filter.py``).
 """
 
 from __future__ import annotations

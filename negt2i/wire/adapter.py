@@ -26,7 +26,8 @@ from google.protobuf.message import Message
 from numpy.typing import NDArray
 
 from negt2i import images, rle
-from negt2i.failures import Failure, FailureKind
+from negt2i.config import STAGE_RULES
+from negt2i.failures import ContractRule, Failure, FailureKind
 from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
 from negt2i.perception import (
     AttributeScores,
@@ -260,12 +261,17 @@ def model_info_to_proto(info: ModelInfo) -> common_pb2.ModelInfo:
 
 
 def model_info_from_proto(msg: common_pb2.ModelInfo) -> ModelInfo:
-    """Back to the core ``ModelInfo``."""
+    """Back to the core ``ModelInfo``. Its ``rules`` come in a fixed order (the stage's ``STAGE_RULES``, then
+    any other path sorted), never the protobuf map's, which differs from process to process: a results
+    line's model record is the same bytes on every run."""
     op = None
     if msg.HasField("operating_point"):
         p = msg.operating_point
         op = OperatingPoint(prediction_floor=p.prediction_floor, suppression=p.suppression, input_size=p.input_size)
-    return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=dict(msg.rules))
+    known = STAGE_RULES.get(msg.stage, ())
+    order = [k for k in known if k in msg.rules] + sorted(k for k in msg.rules if k not in known)
+    rules = {k: msg.rules[k] for k in order}
+    return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=rules)
 
 
 _CODE_NAMES: Final[dict[int, str]] = {
@@ -309,7 +315,7 @@ def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
         field=failure.field,
         stage=failure.stage,
         kind=_KIND_TO[failure.kind],  # type: ignore[arg-type]
-        rule=failure.rule,
+        rule=failure.rule or "",
         status=errors.to_status(failure, message),
     )
 
@@ -326,7 +332,8 @@ def failure_from_proto(msg: evaluator_pb2.ItemError) -> Failure:
     code = _CODE_NAMES.get(int(msg.code), str(msg.code))
     text = f"{code}: {msg.message}"
     reason = errors.failure_from_status(msg.status).reason if msg.HasField("status") else ""
-    return Failure(kind, msg.message, stage=msg.stage, rule=msg.rule, field=msg.field, code=code, text=text,
+    rule = ContractRule.parse(msg.rule)
+    return Failure(kind, msg.message, stage=msg.stage, rule=rule, field=msg.field, code=code, text=text,
                    reason=reason)  # fmt: skip
 
 

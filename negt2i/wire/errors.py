@@ -26,7 +26,7 @@ import re
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
-from negt2i.failures import Failure, FailureKind
+from negt2i.failures import ContractRule, Failure, FailureKind
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -191,7 +191,7 @@ def to_status(failure: Failure, message: str | None = None) -> status_pb2.Status
     if failure.field:
         metadata["field"] = failure.field
     if failure.rule:
-        metadata["rule"] = failure.rule
+        metadata["rule"] = failure.rule.value
     info = error_details_pb2.ErrorInfo(reason=reason.value, domain=DOMAIN, metadata=metadata)
     details: list[Message] = [info]
     code = CODES.get(failure.code, CODES["INTERNAL"])
@@ -235,5 +235,5 @@ def failure_from_status(status: status_pb2.Status, *, kind: FailureKind | None =
         except ValueError:
             kind = FailureKind.STAGE_ERROR
     message = bad.field_violations[0].description if bad.field_violations else status.message
-    return Failure(kind, message, stage=stage, rule=meta.get("rule", ""), field=field, code=code,
+    return Failure(kind, message, stage=stage, rule=ContractRule.parse(meta.get("rule", "")), field=field, code=code,
                    text=f"{code}: {status.message}", reason=info.reason)  # fmt: skip

@@ -35,8 +35,6 @@ class StageSpec:
     """The POST route (``/<route>``)."""
     item: type[Message]
     result: type[Message]
-    method: str
-    """The backend method of the stage's protocol (``negt2i.stages.base``)."""
     probe: Probe
     """A valid item for an image (warm-up, conformance)."""
     request: type[Message]
@@ -69,7 +67,6 @@ STAGE_TABLE: Final[dict[str, StageSpec]] = {
             "detect",
             stages_pb2.DetectItem,
             stages_pb2.DetectResult,
-            "detect",
             _detect_probe,
             stages_pb2.DetectRequest,
             stages_pb2.DetectResponse,
@@ -79,7 +76,6 @@ STAGE_TABLE: Final[dict[str, StageSpec]] = {
             "segment",
             stages_pb2.SegmentItem,
             stages_pb2.SegmentResult,
-            "refine",
             _segment_probe,
             stages_pb2.SegmentRequest,
             stages_pb2.SegmentResponse,
@@ -89,7 +85,6 @@ STAGE_TABLE: Final[dict[str, StageSpec]] = {
             "attributes",
             stages_pb2.AttributesItem,
             stages_pb2.AttributesResult,
-            "score",
             _attributes_probe,
             stages_pb2.AttributesRequest,
             stages_pb2.AttributesResponse,
@@ -99,7 +94,6 @@ STAGE_TABLE: Final[dict[str, StageSpec]] = {
             "depth",
             stages_pb2.DepthItem,
             stages_pb2.DepthResult,
-            "disparity",
             _depth_probe,
             stages_pb2.DepthRequest,
             stages_pb2.DepthResponse,

@@ -26,6 +26,7 @@ CORE_MODULES = (
     "negt2i.failures",
     "negt2i.stage_types",
     "negt2i.stage_identity",
+    "negt2i.stage_identity",
     "negt2i.verdict",
     "negt2i.flow",
     "negt2i.results",

@@ -161,7 +161,7 @@ def test_judges_list_shows_every_judge_with_its_weights(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     for name in (*VQA, "clipscore-vit-b-32"):
         assert name in out
-    assert out.count("missing") == 4 and "Qwen3-VL-8B" in out
+    assert out.count("missing") == 7 and "Qwen3-VL-8B" in out and "InternVL3.5-38B" in out
 
 
 def test_weights_fetch_takes_judge_names_and_fetches_their_shards(
@@ -198,3 +198,84 @@ def test_weights_fetch_takes_judge_names_and_fetches_their_shards(
     assert sorted(fetched) == sorted(f for f in repo_files if not f.startswith(("README", "assets")))
     assert weights.status("qwen3-vl-8b", tmp_path) == "ok"
     assert weights.verify("qwen3-vl-8b", tmp_path).revision == "c0ffee"
+
+
+@pytest.mark.parametrize("judge", VQA)
+def test_the_default_loading_code_reads_a_fetched_checkpoint(
+    judge: str, study: dict[str, Path], tmp_path: Path
+) -> None:
+    """The real path (no --random-init): a checkpoint laid out as on the Hub (sharded safetensors + index, config,
+    processor and tokenizer files), recorded with `negt2i weights record`, is verified, loaded through
+    AutoProcessor / AutoModelForImageTextToText and answers exactly as the model it was saved from."""
+    from negt2i.judges import tiny
+
+    build = {"qwen2.5-vl-7b": tiny.tiny_qwen2_5_vl, "qwen3-vl-8b": tiny.tiny_qwen3_vl,
+             "internvl3.5-8b": tiny.tiny_internvl}[judge]  # fmt: skip
+    model, processor = build()
+    folder = tmp_path / judge
+    model.save_pretrained(folder, max_shard_size="100KB")
+    processor.save_pretrained(folder)
+    assert len(list(folder.glob("model-*-of-*.safetensors"))) > 1
+    assert main(["weights", "record", judge, "--dir", str(tmp_path), "--revision", "abc123"]) == 0
+    real, rand = tmp_path / "real.jsonl", tmp_path / "random.jsonl"
+    args = ["judges", "run", "--judge", judge, "--mode", "pos", "--questions", str(study["questions"]),
+            "--images", str(study["images"]), "--no-progress", "--limit", "1"]  # fmt: skip
+    assert main([*args, "--out", str(real), "--weights-dir", str(tmp_path)]) == 0
+    assert main([*args, "--out", str(rand), "--random-init"]) == 0
+    (h_real,), rows_real = _rows(real)
+    _, rows_rand = _rows(rand)
+    assert h_real["revision"] == "abc123" and len(h_real["sha256"]) == 64
+    assert h_real["judge"] == registry.backend(judge).label
+    assert [(r["element"], r["p_yes"], r["p_no"]) for r in rows_real] == [
+        (r["element"], r["p_yes"], r["p_no"]) for r in rows_rand
+    ]
+
+
+def test_clipscore_loads_an_open_clip_checkpoint_by_default(study: dict[str, Path], tmp_path: Path) -> None:
+    """The real CLIPScore path: an open_clip hub folder (open_clip_config.json + open_clip_model.safetensors),
+    recorded, loaded through open_clip's local-dir: loader, scores exactly as the model it was saved from."""
+    from safetensors.torch import save_file
+
+    from negt2i.judges.clip_score import TINY_CFG, tiny_clip
+
+    model, _, _ = tiny_clip()
+    folder = tmp_path / "clipscore-vit-b-32"
+    folder.mkdir()
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": TINY_CFG}))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(folder / "open_clip_model.safetensors"))
+    assert main(["weights", "record", "clipscore-vit-b-32", "--dir", str(tmp_path)]) == 0
+    args = ["judges", "run", "--judge", "clipscore-vit-b-32", "--mode", "score", "--questions", str(study["questions"]),
+            "--images", str(study["images"]), "--no-progress"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "real.jsonl"), "--weights-dir", str(tmp_path)]) == 0
+    assert main([*args, "--out", str(tmp_path / "rand.jsonl"), "--random-init"]) == 0
+    real, rand = _rows(tmp_path / "real.jsonl")[1], _rows(tmp_path / "rand.jsonl")[1]
+    assert [r["score"] for r in real] == pytest.approx([r["score"] for r in rand], abs=1e-6)
+    assert _rows(tmp_path / "real.jsonl")[0][0]["revision"] == "main"
+
+
+def test_a_plug_in_judge_registers_through_the_environment(
+    study: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/agreement.md's plug-in recipe: a module named in NEGT2I_JUDGE_MODULES registers a judge that
+    `judges list` shows and `judges run` runs (here a score judge: the prompt's length, on the CPU)."""
+    plugin = tmp_path / "my_judges.py"
+    plugin.write_text(
+        "from negt2i.judges.base import JudgeInfo\n"
+        "from negt2i.judges.registry import JudgeBackend, register\n"
+        "class Length:\n"
+        "    info = JudgeInfo('PromptLength', 'score', 'len', 'v1', '', 'python', 'cpu', 'none', 0)\n"
+        "    def score_batch(self, items):\n"
+        "        return [float(len(text)) for _, text in items]\n"
+        "register(JudgeBackend('prompt-length', 'score', lambda **_: Length(), label='PromptLength'))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("NEGT2I_JUDGE_MODULES", "my_judges")
+    monkeypatch.setattr(registry, "_TABLE", dict(registry._TABLE))  # the plug-in's row goes away afterwards
+    monkeypatch.setattr(registry, "_state", {"loaded": False})
+    assert main(["judges", "list"]) == 0
+    assert "prompt-length" in capsys.readouterr().out
+    out = tmp_path / "len.jsonl"
+    assert main(["judges", "run", "--judge", "prompt-length", "--mode", "score", "--questions", str(study["questions"]),
+                 "--images", str(study["images"]), "--out", str(out), "--no-progress"]) == 0  # fmt: skip
+    prompts = {json.loads(x)["prompt"] for x in study["questions"].read_text().splitlines()}
+    assert sorted(r["score"] for r in _rows(out)[1]) == sorted(float(len(p)) for p in prompts)

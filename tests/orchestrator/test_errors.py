@@ -73,7 +73,7 @@ def test_every_failure_becomes_a_status_with_error_info(failure: Failure, code: 
     assert status.code == code and status.message == failure.details()
     assert (info.domain, info.reason, info.metadata["stage"]) == ("negt2i.v1", reason, stage)
     assert info.metadata["kind"] == failure.kind.value
-    assert info.metadata.get("rule", "") == failure.rule
+    assert info.metadata.get("rule", "") == (failure.rule or "")
     if field is None:
         assert bad is None
     else:

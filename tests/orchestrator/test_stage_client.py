@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from negt2i.failures import StageError
+from negt2i.failures import ContractRule, StageError
 from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
 from negt2i.wire import adapter
 from orchestrator.settings import DEFAULT_URLS, Settings
@@ -430,3 +430,26 @@ def test_a_health_poll_that_raises_marks_the_stage_down_so_its_calls_fail_fast()
         _detect(stages)
     assert err.value.code == "UNAVAILABLE" and "health poll failed" in str(err.value)
     assert not [p for p in sent if not p.endswith(("readyz", "info"))]  # nothing was sent to the stage
+
+
+def test_a_detect_result_that_does_not_decode_to_detections_breaks_the_contract():
+    """Rule ``detect-result``: a result that parses as its message but whose parts disagree (a score above 1)."""
+    from negt2i.wire.v1 import stages_pb2
+
+    info, digest = _info_json("m")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/info":
+            return httpx.Response(200, json=info)
+        if request.url.path == "/readyz":
+            return httpx.Response(200)
+        result = stages_pb2.DetectResult()
+        result.CopyFrom(RESULT_MSG)
+        result.model_digest = digest
+        result.detections[0].score = 1.5
+        return httpx.Response(200, json=[adapter.to_json(result)])
+
+    with pytest.raises(StageError) as err:
+        _detect_twice(handler)
+    assert (err.value.stage, err.value.code, err.value.rule) == ("detector", "INTERNAL", ContractRule.DETECT_RESULT)
+    assert "scores must be finite and in [0, 1]" in err.value.message

@@ -226,7 +226,7 @@ def test_perception_round_trips_with_the_disparity():
 
 def test_enum_tables_cover_both_sides_exactly():
     """Core enums <-> proto enums by explicit tables: every value of each side maps, one to one."""
-    from negt2i.failures import Failure, FailureKind
+    from negt2i.failures import ContractRule, Failure, FailureKind
     from negt2i.verdict import FailureCause, RowFailure
     from negt2i.wire.v1 import evaluator_pb2
 
@@ -238,5 +238,20 @@ def test_enum_tables_cover_both_sides_exactly():
     assert set(adapter._KIND_TO) == set(FailureKind)
     assert sorted(adapter._KIND_TO.values()) == sorted(v for v in evaluator_pb2.FailureKind.values() if v)
     for kind in FailureKind:
-        back = adapter.failure_from_proto(adapter.failure_to_proto(Failure(kind, "why", stage="s", rule="r")))
-        assert (back.kind, back.stage, back.rule, back.code) == (kind, "s", "r", "INTERNAL")
+        sent = Failure(kind, "why", stage="s", rule=ContractRule.MASK_SIZE)
+        back = adapter.failure_from_proto(adapter.failure_to_proto(sent))
+        assert (back.kind, back.stage, back.rule, back.code) == (kind, "s", ContractRule.MASK_SIZE, "INTERNAL")
+
+
+def test_model_info_rules_come_back_in_one_order_whatever_the_map_order():
+    """The protobuf map's iteration order differs from process to process; the core record (and so a results
+    line's model record) orders the rules as ``STAGE_RULES`` does, then any other path sorted."""
+    from negt2i.config import STAGE_RULES
+    from negt2i.stage_types import ModelInfo
+
+    paths = list(STAGE_RULES["segmenter"])
+    for order in (paths, paths[::-1], [paths[1], paths[2], paths[0]]):
+        rules = {p: float(i) for i, p in enumerate(order)} | {"z.extra": 1.0, "a.extra": 2.0}
+        msg = adapter.model_info_to_proto(ModelInfo(stage="segmenter", backend="b", model="m", rules=rules))
+        back = adapter.model_info_from_proto(msg)
+        assert list(back.rules) == [*paths, "a.extra", "z.extra"] and back.rules == rules

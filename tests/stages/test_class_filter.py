@@ -94,7 +94,8 @@ def test_filter_detections_keeps_masks_and_counts_and_returns_the_original_indic
 @pytest.mark.parametrize("fault", ["unicorn", "below-floor", "box-off-image"])
 def test_the_filter_never_hides_a_contract_violation_in_a_row_it_would_drop(fault: str):
     """A broken row of a class the prompt does not name must still reach the contract check, which names the
-    rule: filtering it away first would let a broken detector pass unnoticed."""
+    rule: ``flow.begin`` checks the whole answer (against the run's rules) before it filters, so a broken
+    detector never passes unnoticed; the same answer without the fault is filtered to the prompt's class."""
     masks = np.zeros((2, 8, 8), dtype=bool)
     masks[:, 2:5, 2:5] = True
     det = Detections.from_masks(["cup", "dog"], [0.9, 0.8], masks, (8, 8))
@@ -106,13 +107,26 @@ def test_the_filter_never_hides_a_contract_violation_in_a_row_it_would_drop(faul
     else:
         boxes[1, 2] = 30.0
     broken = Detections(tuple(names), scores, boxes, masks, (8, 8))
-    out, idx = filter_detections(broken, ("cup",), 16)
-    assert out is broken and idx.tolist() == [0, 1]
+    prompt = parse_prompt({"id": "cup", "prompt": "a photo of a cup", "include": [{"class": "cup"}]})
     rule = {"unicorn": "class-vocabulary", "below-floor": "score-range", "box-off-image": "box-inside-image"}[fault]
     with pytest.raises(flow.StageError) as err:
-        flow.check_detections(out, (8, 8))
+        flow.begin(prompt, broken, (8, 8), CURRENT)
     assert err.value.rule == rule
-    assert filter_detections(det, ("cup",), 16)[0].class_names == ("cup",)  # a sound answer is filtered
+    assert flow.begin(prompt, det, (8, 8), CURRENT).detections.class_names == ("cup",)  # a sound answer: filtered
+
+
+def test_the_filter_runs_against_the_runs_rules_not_the_defaults():
+    """A score the default rules allow but the run's rules put below the floor fails ``begin`` even in a row
+    the filter would drop: the run's config is the one the answer is checked against."""
+    masks = np.zeros((2, 8, 8), dtype=bool)
+    masks[:, 2:5, 2:5] = True
+    det = Detections.from_masks(["cup", "dog"], [0.9, 0.05], masks, (8, 8))
+    prompt = parse_prompt({"id": "cup", "prompt": "a photo of a cup", "include": [{"class": "cup"}]})
+    assert flow.begin(prompt, det, (8, 8), CURRENT).detections.class_names == ("cup",)
+    strict = CURRENT.model_copy(update={"detection": CURRENT.detection.model_copy(update={"prediction_floor": 0.1})})
+    with pytest.raises(flow.StageError) as err:
+        flow.begin(prompt, det, (8, 8), strict)
+    assert err.value.rule == "score-range"
 
 
 # --------------------------------------------------------------------------- prompts and scenes
@@ -213,17 +227,18 @@ SEGMENTER, SCORER, DEPTH = SyntheticSegmenter(), SyntheticAttributeScorer(), Syn
 
 
 def judge(prompt: Prompt, image: np.ndarray, det: Detections, config: RuleConfig) -> dict[str, Any]:
-    """The verdict through the one flow (synthetic segmenter, scorer and depth), as JSON."""
-    req = flow.begin(prompt, det, image.shape[:2], config)
-    answers: dict[str, Any] = {}
+    """The verdict on ``det`` as given (checked, not filtered: ``flow.plan_requests``) through the flow's
+    finish (synthetic segmenter, scorer and depth), as JSON."""
+    req = flow.plan_requests(prompt, flow.check_detections(det, image.shape[:2], config), config)
+    refined = scores = disparity = None
     if req.refine is not None:
-        answers["refined"] = SEGMENTER.refine(image, req.refine.boxes, req.refine.reference_masks)
+        refined = SEGMENTER.refine(image, req.refine.boxes, req.refine.reference_masks)
     if req.attributes is not None:
         a = req.attributes
-        answers["scores"] = SCORER.score(image, a.masks, list(a.class_names), a.answers)
+        scores = SCORER.score(image, a.masks, list(a.class_names), a.answers)
     if req.depth:
-        answers["disparity"] = DEPTH.disparity([image])[0]
-    verdict, _ = flow.finish(prompt, req, config=config, **answers)
+        disparity = DEPTH.disparity([image])[0]
+    verdict, _ = flow.finish(prompt, req, flow.StageAnswers(refined, scores, disparity), config=config)
     return verdict.to_json()
 
 
