@@ -64,8 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write the figures as JSON (for --ours-cost)")
     args = parser.parse_args(argv)
 
-    from negt2i.evaluate import discover, read_job
     from negt2i.pipeline import Pipeline, Stages
+    from negt2i.run.jobs import discover, read_job
     from negt2i.stages.registry import STAGES
 
     images = args.images

@@ -18,9 +18,11 @@ import time
 from pathlib import Path
 
 from negt2i.config import CURRENT
-from negt2i.evaluate import discover, evaluate, plan_run, resume_keys
+from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
 from negt2i.results import ResultsWriter
+from negt2i.run.jobs import discover, resume_keys
+from negt2i.run.output import ResultsRun
 from negt2i.stages.demo_data import write_demo
 
 SYNTH = dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")
@@ -55,12 +57,12 @@ def main() -> None:
         print(f"hashing {len(keys)} images ({image_mb:.1f} MB): {hashed:.2f} s ({image_mb / hashed:.0f} MB/s)")
 
         t = time.perf_counter()
-        with ResultsWriter(out) as writer:
+        with ResultsRun(out) as run:
             opened = time.perf_counter() - t
-            todo, summary = plan_run(writer, jobs, CURRENT, models)
+            todo = run.plan(jobs, CURRENT, models)
         planned = time.perf_counter() - t
         print(f"open + check {len(jobs)} lines: {opened:.2f} s; full resume plan (incl. hashing): {planned:.2f} s")
-        assert not todo and summary.skipped == len(jobs)
+        assert not todo and run.summary.skipped == len(jobs)
 
         t = time.perf_counter()
         with ResultsWriter(out) as writer:

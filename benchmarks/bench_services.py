@@ -35,10 +35,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from negt2i.client import EvaluatorClient, make_request, submit  # noqa: E402
-from negt2i.evaluate import discover, evaluate  # noqa: E402
+from negt2i.client import EvaluatorClient, make_request  # noqa: E402
+from negt2i.evaluate import evaluate  # noqa: E402
 from negt2i.pipeline import Stages  # noqa: E402
+from negt2i.run.jobs import discover  # noqa: E402
 from negt2i.stages.demo_data import write_demo  # noqa: E402
+from negt2i.submit import submit  # noqa: E402
 from tests.services.live import start_orchestrator, start_stage, wait_health, wait_ready  # noqa: E402
 
 STAGES = ("detector", "segmenter", "attributes", "depth")

@@ -48,8 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from negt2i.evaluate import discover, evaluate
+from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
+from negt2i.run.jobs import discover
 from negt2i.stages.demo_data import write_demo
 
 SYNTH = dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")

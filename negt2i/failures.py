@@ -21,7 +21,7 @@ Kinds:
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final
+from typing import Final, Self
 
 
 class FailureKind(StrEnum):
@@ -86,6 +86,46 @@ OTHER_KIND: Final = "other"
 """How reports count an error line whose kind is not in the vocabulary (files written by other tools)."""
 
 
+class Code(StrEnum):
+    """gRPC status codes (``google.rpc.Code``), the one table: the member's value is the status name
+    (``"UNAVAILABLE"``; what ``Failure.code`` and ``ClientError.code`` hold, and what results lines and
+    messages show), ``number`` its wire number (``ItemError.code``, ``google.rpc.Status.code``)."""
+
+    number: int
+
+    def __new__(cls, name: str, number: int) -> Self:
+        member = str.__new__(cls, name)
+        member._value_ = name
+        member.number = number
+        return member
+
+    OK = "OK", 0
+    CANCELLED = "CANCELLED", 1
+    UNKNOWN = "UNKNOWN", 2
+    INVALID_ARGUMENT = "INVALID_ARGUMENT", 3
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED", 4
+    NOT_FOUND = "NOT_FOUND", 5
+    ALREADY_EXISTS = "ALREADY_EXISTS", 6
+    PERMISSION_DENIED = "PERMISSION_DENIED", 7
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED", 8
+    FAILED_PRECONDITION = "FAILED_PRECONDITION", 9
+    ABORTED = "ABORTED", 10
+    OUT_OF_RANGE = "OUT_OF_RANGE", 11
+    UNIMPLEMENTED = "UNIMPLEMENTED", 12
+    INTERNAL = "INTERNAL", 13
+    UNAVAILABLE = "UNAVAILABLE", 14
+    DATA_LOSS = "DATA_LOSS", 15
+    UNAUTHENTICATED = "UNAUTHENTICATED", 16
+
+    @classmethod
+    def of(cls, number: int) -> Code:
+        """The code of a wire number; ``UNKNOWN`` for a number outside ``google.rpc.Code``."""
+        for member in cls:
+            if member.number == number:
+                return member
+        return cls.UNKNOWN
+
+
 class Failure(Exception):
     """One image gets no verdict.
 
@@ -93,7 +133,8 @@ class Failure(Exception):
     the stage that failed (``detector`` ... ``depth``, ``judge``), if any; ``rule``:
     the ``ContractRule`` a stage answer broke (``docs/stage-contract.md``), if any (a rule's
     spelling is accepted and checked: a name outside the enum is a ``ValueError``);
-    ``field``: the offending request field, if any; ``code``: the gRPC status name
+    ``field``: the offending request field, if any; ``code``: the gRPC status (``Code``; a status
+    name is accepted and checked: a name outside the enum is a ``KeyError``)
     the orchestrator answers with (``INTERNAL`` unless said otherwise); ``reason``: the
     machine-readable reason of the rich error model (``negt2i.wire.errors.Reason``; derived
     from the other parts when empty).
@@ -107,7 +148,7 @@ class Failure(Exception):
         stage: str = "",
         rule: ContractRule | None = None,
         field: str = "",
-        code: str = "INTERNAL",
+        code: Code | str = Code.INTERNAL,
         text: str | None = None,
         reason: str = "",
     ) -> None:
@@ -118,7 +159,7 @@ class Failure(Exception):
         self.stage = stage
         self.rule: ContractRule | None = ContractRule(rule) if rule else None
         self.field = field
-        self.code = code
+        self.code = code if isinstance(code, Code) else Code[code]
         self.reason = reason
         super().__init__(self.details())
 
@@ -144,7 +185,13 @@ class StageError(Failure):
     """A stage failed, or answered outside the contract, for one image (kind ``stage_error``)."""
 
     def __init__(
-        self, stage: str, message: str, *, rule: ContractRule | None = None, field: str = "", code: str = "INTERNAL"
+        self,
+        stage: str,
+        message: str,
+        *,
+        rule: ContractRule | None = None,
+        field: str = "",
+        code: Code | str = Code.INTERNAL,
     ) -> None:
         super().__init__(FailureKind.STAGE_ERROR, message, stage=stage, rule=rule, field=field, code=code)
 

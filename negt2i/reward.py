@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 import numpy as np
 
 from negt2i.config import CURRENT, RuleConfig
-from negt2i.failures import Failure, FailureKind
+from negt2i.failures import Code, Failure, FailureKind
 from negt2i.spec import Prompt, SpecError, parse_prompt
 from negt2i.verdict import Verdict
 
@@ -242,11 +242,11 @@ class RewardClient:
         try:
             data = encode_image(job.image)
         except ValueError as exc:
-            return Failure(FailureKind.UNREADABLE_IMAGE, str(exc), field="image", code="INVALID_ARGUMENT")
+            return Failure(FailureKind.UNREADABLE_IMAGE, str(exc), field="image", code=Code.INVALID_ARGUMENT)
         try:
             prompt = resolve_prompt(job.prompt)
         except ValueError as exc:
-            return Failure(FailureKind.INVALID_METADATA, str(exc), field="prompt", code="INVALID_ARGUMENT")
+            return Failure(FailureKind.INVALID_METADATA, str(exc), field="prompt", code=Code.INVALID_ARGUMENT)
         if isinstance(prompt, str):
             return make_request(data, prompt_id=prompt)
         return make_request(data, prompt=prompt)
@@ -262,7 +262,8 @@ class RewardClient:
         """One reward per image, in input order (``list[float]``; ``details=True``: ``list[RewardDetails]``)."""
         import threading
 
-        from negt2i.client import ClientError, item_retryable
+        from negt2i.client import ClientError
+        from negt2i.run.stream import retryable
         from negt2i.wire import adapter
 
         _check_lengths(images, prompts)
@@ -297,7 +298,7 @@ class RewardClient:
                 room.release()
                 if resp.HasField("error"):
                     failure = adapter.failure_from_proto(resp.error)
-                    retry = item_retryable(resp.error)  # marked retryable: returned as such, not retried here
+                    retry = retryable(resp.error)  # marked retryable: returned as such, not retried here
                     message = failure.details().removeprefix(f"{failure.code}: ")
                     outcomes[i] = RewardFailure(i, failure.code, message, retryable=retry)
                     continue

@@ -19,12 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from negt2i.failures import Code
+
 KEEPALIVE_MS: Final = 30_000
 """Ping interval of client channels."""
 KEEPALIVE_TIMEOUT_MS: Final = 20_000
 """A ping unanswered this long closes the connection (calls on it fail with UNAVAILABLE)."""
-RETRYABLE: Final[frozenset[str]] = frozenset({"RESOURCE_EXHAUSTED", "UNAVAILABLE"})
-"""Status codes a client retries with backoff (the item was not judged; the call is idempotent)."""
+RETRYABLE: Final[frozenset[Code]] = frozenset({Code.RESOURCE_EXHAUSTED, Code.UNAVAILABLE})
+"""Status codes the API marks retryable (docs/api.md, "Errors"): a client sends the same request again after a
+backoff (the item was not judged; the call is idempotent). The clients' unary calls and
+``negt2i.run.stream.StreamSubmitter`` retry exactly these."""
+DEFAULT_ATTEMPTS: Final = 10
+"""Sends of one request (a unary call, or one stream item) before a retryable answer is final."""
 
 
 @dataclass(frozen=True)

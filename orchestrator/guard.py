@@ -30,6 +30,7 @@ from typing import Any, Final
 
 import grpc
 
+from negt2i.failures import Code
 from negt2i.wire import errors
 from negt2i.wire.v1 import evaluator_pb2
 
@@ -206,6 +207,6 @@ def _overloaded_status(message: str) -> Any:
 
     from negt2i.failures import Failure, FailureKind
 
-    failure = Failure(FailureKind.STAGE_ERROR, message, code="RESOURCE_EXHAUSTED",
+    failure = Failure(FailureKind.STAGE_ERROR, message, code=Code.RESOURCE_EXHAUSTED,
                       reason=errors.Reason.SERVER_OVERLOADED)  # fmt: skip
     return rpc_status.to_status(errors.to_status(failure, message))

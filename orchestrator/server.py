@@ -40,7 +40,7 @@ from grpc_health.v1 import health_pb2_grpc
 
 from negt2i import __version__, flow
 from negt2i.config import RuleConfig, load_config
-from negt2i.failures import Failure, FailureKind
+from negt2i.failures import Code, Failure, FailureKind
 from negt2i.spec import Prompt, SpecError, read_prompts
 from negt2i.stage_types import STAGES, Image
 from negt2i.wire import adapter, errors
@@ -96,7 +96,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
                     FailureKind.MISSING_METADATA,
                     f"no prompt {guard.short(request.prompt_id)!r} in the corpus ({len(self.corpus)} prompts)",
                     field="prompt_id",
-                    code="NOT_FOUND",
+                    code=Code.NOT_FOUND,
                 )
             return prompt
         raise _invalid(FailureKind.INVALID_METADATA, "set prompt or prompt_id", "prompt_source")
@@ -180,7 +180,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
         try:
             return await self.admission.acquire(cost, deadline, held)
         except Overloaded as exc:
-            raise Failure(FailureKind.STAGE_ERROR, exc.message, code="RESOURCE_EXHAUSTED",
+            raise Failure(FailureKind.STAGE_ERROR, exc.message, code=Code.RESOURCE_EXHAUSTED,
                           reason=errors.Reason.SERVER_OVERLOADED) from None  # fmt: skip
 
     def _limits(self) -> evaluator_pb2.ServerLimits:
@@ -223,7 +223,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
             return await asyncio.wait_for(self.judge_item(request, deadline), budget + BACKSTOP_S)
         except TimeoutError:
             raise Failure(FailureKind.STAGE_ERROR, f"no verdict within the item's deadline ({budget:.1f} s)",
-                          code="DEADLINE_EXCEEDED", reason=errors.Reason.DEADLINE_EXCEEDED) from None  # fmt: skip
+                          code=Code.DEADLINE_EXCEEDED, reason=errors.Reason.DEADLINE_EXCEEDED) from None  # fmt: skip
 
     # ------------------------------------------------------------------ RPCs
 
@@ -389,7 +389,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
 
 
 def _invalid(kind: FailureKind, message: str, field: str, reason: str = "") -> Failure:
-    return Failure(kind, message, field=field, code="INVALID_ARGUMENT", reason=reason)
+    return Failure(kind, message, field=field, code=Code.INVALID_ARGUMENT, reason=reason)
 
 
 def _time_left(deadline: float) -> float:
@@ -397,14 +397,14 @@ def _time_left(deadline: float) -> float:
     left = deadline - time.monotonic()
     if left <= 0:
         raise Failure(FailureKind.STAGE_ERROR, "the deadline (less the answer margin) had passed before the item "
-                      "could start", code="DEADLINE_EXCEEDED", reason=errors.Reason.DEADLINE_EXCEEDED)  # fmt: skip
+                      "could start", code=Code.DEADLINE_EXCEEDED, reason=errors.Reason.DEADLINE_EXCEEDED)  # fmt: skip
     return left
 
 
 def _internal() -> Failure:
     """What a bug in the orchestrator is answered with (the traceback goes to the server's log only)."""
     return Failure(FailureKind.STAGE_ERROR, "internal error in the orchestrator (details are in the server's log)",
-                   code="INTERNAL", reason=errors.Reason.INTERNAL_ERROR)  # fmt: skip
+                   code=Code.INTERNAL, reason=errors.Reason.INTERNAL_ERROR)  # fmt: skip
 
 
 def _item_error(failure: Failure) -> evaluator_pb2.ItemError:
@@ -436,7 +436,7 @@ def _check_envelope(request: Any) -> None:
     if isinstance(request, guard.BadMessage):
         if request.too_large:
             kind = FailureKind.UNREADABLE_IMAGE if request.image else FailureKind.INVALID_METADATA
-            raise Failure(kind, request.reason, field=request.field, code="RESOURCE_EXHAUSTED",
+            raise Failure(kind, request.reason, field=request.field, code=Code.RESOURCE_EXHAUSTED,
                           reason=errors.Reason.MESSAGE_TOO_LARGE)  # fmt: skip
         raise _invalid(FailureKind.INVALID_METADATA, request.reason, "request", errors.Reason.MALFORMED_REQUEST)
     if len(request.request_id) > guard.MAX_REQUEST_ID_CHARS:

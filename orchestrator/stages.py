@@ -71,7 +71,7 @@ from numpy.typing import NDArray
 
 from negt2i import images
 from negt2i.config import RuleConfig
-from negt2i.failures import ContractRule, StageError
+from negt2i.failures import Code, ContractRule, StageError
 from negt2i.flow import DetectRequest
 from negt2i.perception import BoolMask, Detections
 from negt2i.stage_identity import StageCheck, check_model_info
@@ -120,7 +120,7 @@ class _Limiter:
 
     async def acquire(self) -> None:
         if self.sem.locked() and self.waiting >= self.queue:
-            raise StageError(self.stage, f"queue full ({self.waiting} calls waiting)", code="RESOURCE_EXHAUSTED")
+            raise StageError(self.stage, f"queue full ({self.waiting} calls waiting)", code=Code.RESOURCE_EXHAUSTED)
         self.waiting += 1
         try:
             await self.sem.acquire()
@@ -391,7 +391,7 @@ class RemoteStages:
                 raise StageError(
                     stage,
                     f"the result names model {digest}, but /info names {now} (an instance is being replaced)",
-                    code="UNAVAILABLE",
+                    code=Code.UNAVAILABLE,
                 )
         return self.service(stage)
 
@@ -445,10 +445,10 @@ class RemoteStages:
                     self.problems.setdefault(stage, "GET /info did not answer 200")
         if stage in self.problems:
             raise StageError(
-                stage, f"refused: {self.problems[stage]}", rule=ContractRule.STAGE_INFO, code="UNAVAILABLE"
+                stage, f"refused: {self.problems[stage]}", rule=ContractRule.STAGE_INFO, code=Code.UNAVAILABLE
             )
         if stage in self.down:  # fail fast: nothing is sent to a stage its last health poll found down
-            raise StageError(stage, f"down: {self.down[stage]}", code="UNAVAILABLE")
+            raise StageError(stage, f"down: {self.down[stage]}", code=Code.UNAVAILABLE)
         binary = self.binary(stage)
         # encoding (images, RLE strings) and decoding bodies run on worker threads: never on the loop
         body = await asyncio.to_thread(self._body, stage, item, binary)
@@ -480,7 +480,7 @@ class RemoteStages:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise StageError(stage, "the deadline passed before the stage answered", code="DEADLINE_EXCEEDED")
+                raise StageError(stage, "the deadline passed before the stage answered", code=Code.DEADLINE_EXCEEDED)
             await limiter.acquire()
             timeout = min(self.call_timeout_s, deadline - time.monotonic())
             retry_reason: str
@@ -495,13 +495,13 @@ class RemoteStages:
             try:
                 if down in done and task not in done:
                     raise StageError(stage, f"went down while the item waited for it ({self.down.get(stage, '')})",
-                                     code="UNAVAILABLE")  # fmt: skip
+                                     code=Code.UNAVAILABLE)  # fmt: skip
                 if task not in done:
                     raise TimeoutError
                 r = task.result()
             except (httpx.TimeoutException, TimeoutError):
                 if deadline - time.monotonic() <= 0:
-                    raise StageError(stage, f"no answer within {timeout:.1f} s", code="DEADLINE_EXCEEDED") from None
+                    raise StageError(stage, f"no answer within {timeout:.1f} s", code=Code.DEADLINE_EXCEEDED) from None
                 retry_reason = f"timed out after {timeout:.1f} s"
             except httpx.TransportError as exc:
                 retry_reason = f"unreachable at {self.urls[stage]} ({type(exc).__name__})"
@@ -511,13 +511,13 @@ class RemoteStages:
                     return r
                 retry_reason = f"HTTP {r.status_code}"
                 if attempt >= self.retries:
-                    code = "RESOURCE_EXHAUSTED" if r.status_code in BUSY_STATUS else "UNAVAILABLE"
+                    code = Code.RESOURCE_EXHAUSTED if r.status_code in BUSY_STATUS else Code.UNAVAILABLE
                     raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code=code)
             if attempt >= self.retries:
-                raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code="UNAVAILABLE")
+                raise StageError(stage, f"{retry_reason} after {attempt + 1} attempts", code=Code.UNAVAILABLE)
             delay = min(self.backoff_s * (2**attempt), 2.0)
             if time.monotonic() + delay >= deadline:
-                raise StageError(stage, f"{retry_reason}; no time left to retry", code="UNAVAILABLE")
+                raise StageError(stage, f"{retry_reason}; no time left to retry", code=Code.UNAVAILABLE)
             attempt += 1
             await asyncio.sleep(delay)
 
@@ -530,7 +530,9 @@ class RemoteStages:
             if ctype == adapter.PROTOBUF_TYPE:
                 results = list(adapter.from_binary(r.content, spec.response, field=stage).results)  # type: ignore[attr-defined]
                 if len(results) != 1:
-                    raise StageError(stage, f"the stage answered {len(results)} results for one item", code="INTERNAL")
+                    raise StageError(
+                        stage, f"the stage answered {len(results)} results for one item", code=Code.INTERNAL
+                    )
                 result: Message = results[0]
                 adapter.check_known_fields(result, field=stage)
                 return result
@@ -538,10 +540,12 @@ class RemoteStages:
                 data = r.json()
             except ValueError:
                 raise StageError(
-                    stage, "the stage answered 200 with a body that is not JSON", code="INTERNAL"
+                    stage, "the stage answered 200 with a body that is not JSON", code=Code.INTERNAL
                 ) from None
             if not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], dict):
-                raise StageError(stage, "the stage must answer a JSON array with one result per item", code="INTERNAL")
+                raise StageError(
+                    stage, "the stage must answer a JSON array with one result per item", code=Code.INTERNAL
+                )
             return adapter.from_json(data[0], spec.result, field=stage)
         except adapter.WireError as exc:
             raise StageError(stage, f"contract violation: {exc}", rule=ContractRule.RESULT_SCHEMA) from None
@@ -550,10 +554,10 @@ class RemoteStages:
     def _http_error(stage: str, r: httpx.Response) -> StageError:
         text = r.text[:300]
         if r.status_code == 413:
-            return StageError(stage, f"the request is too large for the stage ({text})", code="INVALID_ARGUMENT")
+            return StageError(stage, f"the request is too large for the stage ({text})", code=Code.INVALID_ARGUMENT)
         if r.status_code == 429:
-            return StageError(stage, f"the stage is overloaded ({text})", code="RESOURCE_EXHAUSTED")
-        return StageError(stage, f"HTTP {r.status_code} from the stage ({text})", code="INTERNAL")
+            return StageError(stage, f"the stage is overloaded ({text})", code=Code.RESOURCE_EXHAUSTED)
+        return StageError(stage, f"HTTP {r.status_code} from the stage ({text})", code=Code.INTERNAL)
 
     @staticmethod
     def _parse(stage: str, msg: Any) -> Any:
@@ -561,7 +565,7 @@ class RemoteStages:
         try:
             adapter.check_item(msg, stage)
         except adapter.StageItemError as exc:
-            code = "INVALID_ARGUMENT" if exc.status == 400 else "INTERNAL"
+            code = Code.INVALID_ARGUMENT if exc.status == 400 else Code.INTERNAL
             raise StageError(stage, exc.message, field=exc.field, code=code) from None
         return msg
 

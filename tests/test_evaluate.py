@@ -13,10 +13,11 @@ from PIL import Image as PILImage
 
 from negt2i.cli import evaluate_cmd
 from negt2i.config import CURRENT
-from negt2i.evaluate import EvaluateError, discover, evaluate
+from negt2i.evaluate import evaluate
 from negt2i.images import load_image
 from negt2i.pipeline import Stages
 from negt2i.results import ResultsFileError, read_results
+from negt2i.run.jobs import EvaluateError, discover
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
 
 

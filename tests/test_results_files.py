@@ -17,9 +17,10 @@ import pytest
 from PIL import Image as PILImage
 
 from negt2i.cli import main
-from negt2i.evaluate import discover, evaluate
+from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
 from negt2i.results import MARKER, ResultsFileError, ResultsWriter, read_results
+from negt2i.run.jobs import discover
 from negt2i.stages.demo_data import write_demo
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
 from tests.imagefiles import bomb_png, encoded, exif_rotated_jpeg

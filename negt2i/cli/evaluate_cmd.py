@@ -97,9 +97,10 @@ def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
 def _run(args: argparse.Namespace) -> int:
     from negt2i import weights
     from negt2i.config import load_config
-    from negt2i.evaluate import EvaluateError, discover, evaluate, select_shard
+    from negt2i.evaluate import evaluate
     from negt2i.pipeline import Stages
     from negt2i.results import ResultsFileError
+    from negt2i.run.jobs import EvaluateError, discover, select_shard
     from negt2i.spec import SpecError
     from negt2i.stages._torch import parse_dtypes
 

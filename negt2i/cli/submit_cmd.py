@@ -75,10 +75,12 @@ def register(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from negt2i.client import ClientError, EvaluatorClient, needed_health, submit
-    from negt2i.evaluate import EvaluateError, discover, select_shard
+    from negt2i.client import ClientError, EvaluatorClient
     from negt2i.results import ResultsFileError
+    from negt2i.run.jobs import EvaluateError, discover, select_shard
+    from negt2i.run.remote import needed_health
     from negt2i.spec import SpecError
+    from negt2i.submit import submit
 
     try:
         jobs = select_shard(discover(args.images, args.prompts), args.shard)

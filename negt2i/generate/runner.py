@@ -51,7 +51,7 @@ from negt2i.spec import Prompt, dumps_prompt
 if TYPE_CHECKING:
     from PIL import Image as PILImage
 
-    from negt2i.evaluate import Job
+    from negt2i.run.jobs import Job
 
 RUN_FILE: Final = ".negt2i-generate.json"
 """The run record at the root of the output folder (hidden: ``negt2i evaluate`` ignores it)."""
@@ -320,7 +320,7 @@ def _batches(items: Sequence[Sample], size: int) -> Iterator[Sequence[Sample]]:
 
 
 def _job(root: Path, sample: Sample) -> Job:
-    from negt2i.evaluate import Job
+    from negt2i.run.jobs import Job
 
     return Job(sample.filename, root / sample.filename, sample.k, sample.prompt, None, sample.prompt.id)
 

@@ -108,7 +108,7 @@ def plan_tasks(
     and the number of images. Raises ``JudgeRunError`` for a question file that lacks an image's prompt or
     was made from another corpus version."""
     from negt2i.annotation.questions import QuestionsError, check_questions, read_questions
-    from negt2i.evaluate import EvaluateError, discover, select_shard
+    from negt2i.run.jobs import EvaluateError, discover, select_shard
 
     warn = warn or (lambda m: print(f"warning: {m}", file=sys.stderr))
     if mode not in (*VQA_MODES, SCORE_MODE):

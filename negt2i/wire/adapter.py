@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from negt2i import images, rle
 from negt2i.config import STAGE_RULES
-from negt2i.failures import ContractRule, Failure, FailureKind
+from negt2i.failures import Code, ContractRule, Failure, FailureKind
 from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
 from negt2i.perception import (
     AttributeScores,
@@ -274,28 +274,6 @@ def model_info_from_proto(msg: common_pb2.ModelInfo) -> ModelInfo:
     return ModelInfo(**{name: getattr(msg, name) for name in _MODEL_SCALARS}, operating_point=op, rules=rules)
 
 
-_CODE_NAMES: Final[dict[int, str]] = {
-    0: "OK",
-    1: "CANCELLED",
-    2: "UNKNOWN",
-    3: "INVALID_ARGUMENT",
-    4: "DEADLINE_EXCEEDED",
-    5: "NOT_FOUND",
-    6: "ALREADY_EXISTS",
-    7: "PERMISSION_DENIED",
-    8: "RESOURCE_EXHAUSTED",
-    9: "FAILED_PRECONDITION",
-    10: "ABORTED",
-    11: "OUT_OF_RANGE",
-    12: "UNIMPLEMENTED",
-    13: "INTERNAL",
-    14: "UNAVAILABLE",
-    15: "DATA_LOSS",
-    16: "UNAUTHENTICATED",
-}
-"""google.rpc.Code numbers -> names (the ``code`` of ``ItemError``)."""
-_CODE_NUMBERS: Final[dict[str, int]] = {v: k for k, v in _CODE_NAMES.items()}
-
 _KIND_TO: Final[dict[FailureKind, int]] = {
     FailureKind.UNREADABLE_IMAGE: evaluator_pb2.FAILURE_KIND_UNREADABLE_IMAGE,
     FailureKind.MISSING_METADATA: evaluator_pb2.FAILURE_KIND_MISSING_METADATA,
@@ -310,7 +288,7 @@ def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
     ``status`` the same error in the rich error model: ``negt2i.wire.errors``)."""
     message = errors.plain(failure.details())
     return evaluator_pb2.ItemError(
-        code=_CODE_NUMBERS.get(failure.code, 13),
+        code=failure.code.number,
         message=message,
         field=failure.field,
         stage=failure.stage,
@@ -326,10 +304,10 @@ def failure_from_proto(msg: evaluator_pb2.ItemError) -> Failure:
     if kind is None:
         kind = FailureKind.STAGE_ERROR
         if msg.field.startswith("prompt"):
-            kind = FailureKind.INVALID_METADATA if msg.code != 5 else FailureKind.MISSING_METADATA
+            kind = FailureKind.INVALID_METADATA if msg.code != Code.NOT_FOUND.number else FailureKind.MISSING_METADATA
         elif msg.field.startswith("image"):
             kind = FailureKind.UNREADABLE_IMAGE
-    code = _CODE_NAMES.get(int(msg.code), str(msg.code))
+    code = Code.of(int(msg.code))
     text = f"{code}: {msg.message}"
     reason = errors.failure_from_status(msg.status).reason if msg.HasField("status") else ""
     rule = ContractRule.parse(msg.rule)

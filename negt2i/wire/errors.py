@@ -26,7 +26,7 @@ import re
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
-from negt2i.failures import ContractRule, Failure, FailureKind
+from negt2i.failures import Code, ContractRule, Failure, FailureKind
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -36,23 +36,6 @@ DOMAIN: Final = "negt2i.v1"
 """``ErrorInfo.domain`` of every error."""
 DETAILS_KEY: Final = "grpc-status-details-bin"
 """The trailer that carries the serialized ``google.rpc.Status`` of a failed call."""
-
-CODES: Final[dict[str, int]] = {
-    "OK": 0,
-    "CANCELLED": 1,
-    "UNKNOWN": 2,
-    "INVALID_ARGUMENT": 3,
-    "DEADLINE_EXCEEDED": 4,
-    "NOT_FOUND": 5,
-    "RESOURCE_EXHAUSTED": 8,
-    "FAILED_PRECONDITION": 9,
-    "UNIMPLEMENTED": 12,
-    "INTERNAL": 13,
-    "UNAVAILABLE": 14,
-    "UNAUTHENTICATED": 16,
-}
-"""gRPC status names -> numbers (google.rpc.Code)."""
-CODE_NAMES: Final[dict[int, str]] = {v: k for k, v in CODES.items()}
 
 
 class Reason(StrEnum):
@@ -113,13 +96,13 @@ def reason_of(failure: Failure) -> Reason:
         if failure.field == "request":
             return Reason.MALFORMED_REQUEST
         return Reason.INVALID_PROMPT
-    if code == "RESOURCE_EXHAUSTED":
+    if code is Code.RESOURCE_EXHAUSTED:
         return Reason.STAGE_OVERLOADED if stage else Reason.SERVER_OVERLOADED
-    if code == "UNAVAILABLE":
+    if code is Code.UNAVAILABLE:
         return Reason.STAGE_UNAVAILABLE
-    if code == "DEADLINE_EXCEEDED":
+    if code is Code.DEADLINE_EXCEEDED:
         return Reason.DEADLINE_EXCEEDED
-    if code == "INVALID_ARGUMENT":
+    if code is Code.INVALID_ARGUMENT:
         return Reason.STAGE_REJECTED_INPUT
     if stage == "judge":
         return Reason.JUDGE_FAILED
@@ -132,7 +115,7 @@ def step_of(failure: Failure) -> str:
     """``ErrorInfo.metadata["stage"]`` (see ``STEPS``)."""
     if failure.stage:
         return failure.stage
-    if failure.code in {"INVALID_ARGUMENT", "NOT_FOUND"} or failure.kind is not FailureKind.STAGE_ERROR:
+    if failure.code in {Code.INVALID_ARGUMENT, Code.NOT_FOUND} or failure.kind is not FailureKind.STAGE_ERROR:
         return "request"
     if reason_of(failure) is Reason.SERVER_OVERLOADED:
         return "admission"
@@ -194,8 +177,8 @@ def to_status(failure: Failure, message: str | None = None) -> status_pb2.Status
         metadata["rule"] = failure.rule.value
     info = error_details_pb2.ErrorInfo(reason=reason.value, domain=DOMAIN, metadata=metadata)
     details: list[Message] = [info]
-    code = CODES.get(failure.code, CODES["INTERNAL"])
-    if code == CODES["INVALID_ARGUMENT"]:
+    code = failure.code.number
+    if failure.code is Code.INVALID_ARGUMENT:
         violation = error_details_pb2.BadRequest.FieldViolation(
             field=failure.field or "request", description=plain(failure.message), reason=reason.value
         )
@@ -214,7 +197,7 @@ def failure_from_status(status: status_pb2.Status, *, kind: FailureKind | None =
     ``ErrorInfo`` / ``BadRequest`` (``stage`` only when a stage or the judge failed)."""
     from google.rpc import error_details_pb2
 
-    code = CODE_NAMES.get(int(status.code), f"CODE_{status.code}")
+    code = Code.of(int(status.code))
     info = error_details_pb2.ErrorInfo()
     bad = error_details_pb2.BadRequest()
     for detail in status.details:

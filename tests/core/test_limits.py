@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from negt2i import rle, spec
-from negt2i.evaluate import geneval_jobs
+from negt2i.run.jobs import geneval_jobs
 from negt2i.spec import SpecError, parse_prompt
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter

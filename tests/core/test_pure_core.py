@@ -39,6 +39,8 @@ CORE_MODULES = (
     "negt2i.metrics.records",
     "negt2i.metrics.totals",
     "negt2i.metrics.report",
+    "negt2i.run.jobs",
+    "negt2i.run.output",
 )
 
 FORBIDDEN_ROOTS = ("torch", "grpc", "bentoml", "httpx")

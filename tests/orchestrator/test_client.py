@@ -10,10 +10,13 @@ import grpc
 import pytest
 
 from negt2i.cli.common import parse_shard as _shard
-from negt2i.client import ClientError, SubmitOutcome, _record_of, _rules_from_info, item_retryable, make_request
+from negt2i.client import ClientError, make_request
 from negt2i.config import CURRENT, PREVIOUS
-from negt2i.evaluate import Job, Summary, select_shard
 from negt2i.failures import Failure, FailureKind
+from negt2i.run.jobs import Job, select_shard
+from negt2i.run.output import Served, response_line
+from negt2i.run.remote import rules_from_info
+from negt2i.run.stream import retryable, transient
 from negt2i.spec import parse_prompt
 from negt2i.stages.demo_data import prompt_records
 from negt2i.wire import adapter
@@ -45,10 +48,10 @@ def test_shards_partition_the_jobs():
 
 def test_rules_travel_with_their_digest():
     info = evaluator_pb2.ServiceInfo(rules_json=json.dumps(PREVIOUS.record()), rules_digest=PREVIOUS.digest())
-    assert _rules_from_info(info) == PREVIOUS
+    assert rules_from_info(info) == PREVIOUS
     info.rules_digest = CURRENT.digest()
     with pytest.raises(ClientError, match="digest mismatch"):
-        _rules_from_info(info)
+        rules_from_info(info)
 
 
 @pytest.mark.parametrize(
@@ -71,15 +74,16 @@ def test_item_errors_become_lines_or_reruns(code, field, line):
         failure = Failure(FailureKind.UNREADABLE_IMAGE, "why", field=field, code=code.name, reason="MESSAGE_TOO_LARGE")
         err = adapter.failure_to_proto(failure)
         err.message = "why"
-    assert item_retryable(err) == (line is None and code.name in {"UNAVAILABLE", "RESOURCE_EXHAUSTED"})
+    # retried within the run: only what the API marks retryable; left for a rerun: every transient code
+    assert retryable(err) == (line is None and code.name in {"UNAVAILABLE", "RESOURCE_EXHAUSTED"})
+    assert transient(err) == (line is None)
     resp = evaluator_pb2.EvaluateStreamResponse(request_id="0", error=err)
-    outcome = SubmitOutcome(Summary())
-    record = _record_of(resp, job, config=CURRENT, models={}, services={}, outcome=outcome)
+    made = response_line(resp, job, Served(CURRENT, {}, {}))
     if line is None:
-        assert record is None and outcome.retry == [job.filename]
+        assert made is None
     else:
-        assert record is not None and record["status"] == "error" and record["correct"] is False
-        assert record["error"].startswith(f"{line}: {code.name}: why") and not outcome.retry
+        assert made is not None and made.record["status"] == "error" and made.record["correct"] is False
+        assert made.record["error"].startswith(f"{line}: {code.name}: why")
 
 
 def test_which_failed_calls_are_retried() -> None:
@@ -101,9 +105,9 @@ def test_which_failed_calls_are_retried() -> None:
 
 
 def test_needed_health_follows_the_categories_of_the_jobs(tmp_path) -> None:
-    from negt2i.client import needed_health, needed_stages
     from negt2i.config import load_config
-    from negt2i.evaluate import discover
+    from negt2i.run.jobs import discover
+    from negt2i.run.remote import needed_health, needed_stages
     from negt2i.stages.demo_data import demo_entries
     from negt2i.stages.synthetic import write_geneval_layout
 

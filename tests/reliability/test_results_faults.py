@@ -179,8 +179,8 @@ def test_generate_score_stops_with_the_same_line_on_a_full_disk(
     """``negt2i generate --orchestrator``'s scorer writes through the same writer: a full disk ends scoring with
     the same one line (no traceback from its stream thread), the lines before it whole, the rest left for a
     rerun."""
-    from negt2i.evaluate import discover
     from negt2i.generate.scoring import Scorer
+    from negt2i.run.jobs import discover
 
     out = tmp_path / "scored.jsonl"
     scorer = Scorer(rel_orchestrator.target, out, in_flight=1)

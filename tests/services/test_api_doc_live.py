@@ -46,10 +46,13 @@ def dog_png(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_python_examples_of_the_guide_run(orchestrator: Proc, dog_png: Path):
     blocks = _python_blocks()
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     with_client = _run(blocks[0], orchestrator.target, dog_png).splitlines()
     assert with_client[0] == "['person', 'bicycle', 'car']"
     correct, _, reason = with_client[1].partition(" ")
     assert correct in {"True", "False"} and (reason == "") == (correct == "True")
     raw = _run(blocks[1], orchestrator.target, dog_png).split()
     assert raw == [correct, "depth"]  # the same image and prompt: the same verdict; tag unset: the category
+    streamed = [line.split() for line in _run(blocks[2], orchestrator.target, dog_png).splitlines()]
+    assert [words[0] for words in streamed] == ["0", "1", "2"]  # one answer per image, in order
+    assert len({words[1] for words in streamed}) == 1 and streamed[0][1] in {"True", "False"}  # the same verdict

@@ -82,9 +82,9 @@ def test_generate_scores_while_generating_and_evaluate_agrees(orchestrator: Proc
 
 
 def test_at_most_in_flight_images_are_unanswered(orchestrator: Proc, tiny: Path, tmp_path: Path):
-    from negt2i.evaluate import discover
     from negt2i.generate import ModelSpec, generate
     from negt2i.generate.scoring import Scorer
+    from negt2i.run.jobs import discover
 
     prompts = read_prompts(REPO / "data" / "negt2ibench.jsonl")[:3]
     spec = ModelSpec("custom", "tiny", str(tiny), steps=2, width=32, height=32, dtype="float32")
@@ -107,9 +107,9 @@ def test_generation_waits_for_scoring_only_at_the_bound(stage_urls: dict[str, st
                                                         live_tmp: Path):  # fmt: skip
     # A detector that answers after 2 s: with room for 3 in flight, three images are handed over at once
     # (the generator never waits), the fourth waits until an answer frees a slot.
-    from negt2i.evaluate import discover
     from negt2i.generate import ModelSpec, generate
     from negt2i.generate.scoring import Scorer
+    from negt2i.run.jobs import discover
 
     delay = 2.0
     port = free_port()
@@ -145,9 +145,9 @@ def test_scoring_survives_an_orchestrator_restart(stage_urls: dict[str, str], ti
                                                   live_tmp: Path):  # fmt: skip
     # The orchestrator closes connections after ~5 min and pods restart: a long generation run must keep
     # scoring. The scorer reopens its stream, re-sends what was unanswered, and every image gets one line.
-    from negt2i.evaluate import discover
     from negt2i.generate import ModelSpec, generate
     from negt2i.generate.scoring import Scorer
+    from negt2i.run.jobs import discover
 
     prompts = read_prompts(REPO / "data" / "negt2ibench.jsonl")[:3]
     spec = ModelSpec("custom", "tiny", str(tiny), steps=1, width=32, height=32, dtype="float32")
