@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from negt2i.config import CURRENT, AttributeConfig, RuleConfig
-from negt2i.evaluate import discover, evaluate
+from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
+from negt2i.run.jobs import discover
 from negt2i.stages.demo_data import write_demo
 from negt2i.stages.synthetic import SyntheticDepthEstimator, SyntheticDetector, SyntheticSegmenter
 

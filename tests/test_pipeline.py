@@ -405,7 +405,8 @@ def test_a_failing_prepare_fails_its_image_alone(stage):
 
 
 def test_evaluate_prepares_on_worker_threads_with_the_same_results_file(tmp_path):
-    from negt2i.evaluate import discover, evaluate
+    from negt2i.evaluate import evaluate
+    from negt2i.run.jobs import discover
     from negt2i.stages.demo_data import write_demo
 
     write_demo(tmp_path / "images", prompts=8, samples=2, seed=1, size=96)
