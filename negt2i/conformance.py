@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from negt2i.config import CURRENT, OPTIONAL_STAGE_RULES, STAGE_RULES, RuleConfig
+from negt2i.config import CURRENT, RuleConfig
 from negt2i.stage_types import STAGES
 
 
@@ -151,10 +151,22 @@ def run_checks(
     timeout: float = 30.0,
     images: Sequence[str | Path] = (),
     expect: Sequence[str] = (),
+    config: RuleConfig | None = None,
+    strict: bool | None = None,
 ) -> list[Check]:
-    """Every check against the service at ``url``, in order (``images`` / ``expect``: see the module docstring)."""
+    """Every check against the service at ``url``, in order (``images`` / ``expect``: see the module docstring).
+
+    ``/info``'s model goes through the orchestrator's own stage check (``negt2i.stage_identity``) under
+    ``config`` (default: ``NEGT2I_RULES``, else ``current``, as the orchestrator reads it) and ``strict``
+    (default ``NEGT2I_STRICT_STAGES``): what the orchestrator would refuse fails, what it would accept with
+    a warning passes with the warning in the check's detail. A check that needs what an earlier one failed to
+    read says so instead of failing on its own (no cascading failures), and ``model_digest`` is checked once."""
+    import os
+
     import httpx
 
+    from negt2i.config import load_config
+    from negt2i.stage_identity import check_model_info, strict_from_env
     from negt2i.wire import adapter
     from negt2i.wire.stage_table import STAGE_TABLE
     from negt2i.wire.v1 import common_pb2, stages_pb2
@@ -164,6 +176,8 @@ def run_checks(
     route_path = STAGE_TABLE[stage].route
     base = url.rstrip("/")
     route = f"{base}/{route_path}"
+    rules = config if config is not None else load_config(os.environ.get("NEGT2I_RULES") or "current")
+    strict_on = strict_from_env() if strict is None else strict
     checks: list[Check] = []
     hw = (64, 80)
     png, masks, boxes = _scene(hw)
@@ -205,36 +219,37 @@ def run_checks(
             r = client.get(f"{base}/info")
             _expect(r.status_code == 200, f"GET /info: HTTP {r.status_code}")
             msg = adapter.from_json(r.json(), stages_pb2.StageInfo)
-            _expect(msg.contract == adapter.CONTRACT, f"contract {msg.contract!r}, expected {adapter.CONTRACT!r}")
-            _expect(msg.model.stage == stage, f"model.stage is {msg.model.stage!r}, expected {stage!r}")
-            _expect(bool(msg.model.model), "model.model (the model's name) is empty")
-            _expect(msg.limits.max_request_bytes > 0, "limits.max_request_bytes must be set")
-            limits["max_request_bytes"] = int(msg.limits.max_request_bytes)
-            want, may = set(STAGE_RULES[stage]), set(OPTIONAL_STAGE_RULES[stage])
-            _expect(want <= set(msg.model.rules) <= want | may, f"model.rules states {sorted(msg.model.rules)}, "
-                    f"the {stage} must state the rule constants it applies: {sorted(want)}"
-                    + (f" (and may state {sorted(may)})" if may else ""))  # fmt: skip
-            point = ""
-            if stage == "detector":
-                _expect(msg.model.HasField("operating_point"), "a detector's model.operating_point must be set")
-                op = msg.model.operating_point
-                _expect(0.0 <= op.prediction_floor <= 1.0, f"prediction_floor {op.prediction_floor} not in [0, 1]")
-                _expect(bool(op.suppression), "operating_point.suppression must be set ('none' or e.g. 'nms:0.5')")
-                same = op.prediction_floor == msg.model.rules["detection.prediction_floor"]
-                _expect(same, "operating_point.prediction_floor differs from rules['detection.prediction_floor']")
-                limits["floor"] = float(op.prediction_floor)
-                point = (
-                    f", floor {op.prediction_floor:g}, suppression {op.suppression}, input {op.input_size or 'native'}"
-                )
-            limits["digest"] = msg.model_digest or adapter.model_info_from_proto(msg.model).digest()
+            model = adapter.model_info_from_proto(msg.model)
+            # what later checks need, recorded before anything here can fail (no cascading failures)
+            limits["digest"] = msg.model_digest or model.digest()
             limits["ready"] = bool(msg.ready)
             limits["content_types"] = list(msg.content_types)
             limits["features"] = list(msg.features)
-            return f"{msg.model.backend} / {msg.model.model} on {msg.model.device or '?'}{point}"
+            if msg.limits.max_request_bytes > 0:
+                limits["max_request_bytes"] = int(msg.limits.max_request_bytes)
+            op = model.operating_point
+            stated_floor = model.rules.get("detection.prediction_floor")
+            if op is not None or stated_floor is not None:
+                limits["floor"] = float(op.prediction_floor if op is not None else stated_floor or 0.0)
+            _expect(msg.contract == adapter.CONTRACT, f"contract {msg.contract!r}, expected {adapter.CONTRACT!r}")
+            _expect(msg.limits.max_request_bytes > 0, "limits.max_request_bytes must be set")
+            verdict = check_model_info(stage, model, rules, strict=strict_on)
+            _expect(verdict.ok, f"the orchestrator (rules {rules.name}) would refuse it: {verdict.problem}")
+            point = ""
+            if op is not None:
+                _expect(0.0 <= op.prediction_floor <= 1.0, f"prediction_floor {op.prediction_floor} not in [0, 1]")
+                _expect(bool(op.suppression), "operating_point.suppression must be set ('none' or e.g. 'nms:0.5')")
+                point = (
+                    f", floor {op.prediction_floor:g}, suppression {op.suppression}, input {op.input_size or 'native'}"
+                )
+            warned = "".join(f"; WARNING: it {w}" for w in verdict.warnings)
+            return f"{msg.model.backend} / {msg.model.model} on {msg.model.device or '?'}{point}{warned}"
 
         def check(result: Any, shape: tuple[int, int], **kw: Any) -> str:
-            return _validate(stage, result, shape, floor=float(limits.get("floor", 0.0)),
-                             digest=str(limits.get("digest", "")), **kw)  # fmt: skip
+            digest = "" if limits.get("digest_checked") else str(limits.get("digest", ""))
+            if digest:
+                limits["digest_checked"] = True  # model_digest is checked once, on the first answer
+            return _validate(stage, result, shape, floor=float(limits.get("floor", 0.0)), digest=digest, **kw)
 
         def valid() -> str:
             return check(results_of(post({"items": [_item(stage, png, masks, boxes)]}), 1)[0], hw)
@@ -278,7 +293,8 @@ def run_checks(
         def readiness() -> str:
             r = client.get(f"{base}/readyz")
             _expect(r.status_code == 200, f"GET /readyz: HTTP {r.status_code}")
-            _expect(limits.get("ready") is True, "/readyz answers 200 but GET /info says ready: false")
+            _expect("ready" in limits, "not checked: GET /info could not be read (above)")
+            _expect(limits["ready"] is True, "/readyz answers 200 but GET /info says ready: false")
             item = post({"items": [_item(stage, png, masks, boxes)]})
             _expect(item.status_code == 200, f"/readyz answers 200 but an item got HTTP {item.status_code}")
             return "/readyz, /info and the API agree"

@@ -35,6 +35,7 @@ is retried image by image to find the culprit.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -47,7 +48,8 @@ from negt2i.config import CURRENT, RuleConfig
 from negt2i.failures import ContractRule, Failure, StageError
 from negt2i.perception import Detections, ImagePerception
 from negt2i.spec import Prompt
-from negt2i.stage_types import STAGES, Image
+from negt2i.stage_identity import check_model_info, strict_from_env
+from negt2i.stage_types import STAGES, Image, ModelInfo
 from negt2i.stages.base import (
     AttributeScorer,
     BatchAttributeScorer,
@@ -77,12 +79,16 @@ class Stages:
     segmenter: Segmenter | None = None
     attributes: AttributeScorer | None = None
     depth: DepthEstimator | None = None
+    warnings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Stage -> what ``check`` assumed about it (recorded with its model in every results line)."""
 
     @classmethod
     def create(
         cls,
         backends: Mapping[str, str] | None = None,
         stage_options: Mapping[str, Mapping[str, Any]] | None = None,
+        *,
+        strict: bool | None = None,
         **options: Any,
     ) -> Stages:
         """Build every stage from the registry: ``backends`` maps stage -> backend name (missing stages use
@@ -93,12 +99,35 @@ class Stages:
         if unknown:
             raise ValueError(f"unknown stages {unknown}; stages: {', '.join(STAGES)}")
         per_stage = dict(stage_options or {})
-        return cls(
+        stages = cls(
             create("detector", names["detector"], **options, **per_stage.get("detector", {})),
             create("segmenter", names["segmenter"], **options, **per_stage.get("segmenter", {})),
             create("attributes", names["attributes"], **options, **per_stage.get("attributes", {})),
             create("depth", names["depth"], **options, **per_stage.get("depth", {})),
         )
+        stages.check(options.get("config") or CURRENT, strict=strict)
+        return stages
+
+    def check(self, config: RuleConfig, *, strict: bool | None = None) -> None:
+        """The one stage check of both paths (``negt2i.stage_identity.check_model_info``, as the orchestrator
+        runs on a served stage's ``/info``) on every stage present: ``StageRefused`` naming the stage and why,
+        or its warnings kept in ``warnings`` (and printed to stderr, as ``negt2i submit`` does). ``strict``
+        None: ``NEGT2I_STRICT_STAGES``."""
+        strict = strict_from_env() if strict is None else strict
+        for stage in STAGES:
+            obj = getattr(self, stage)
+            if obj is None:
+                continue
+            info = getattr(obj, "info", None)
+            name = getattr(info, "backend", type(obj).__name__)
+            if not isinstance(info, ModelInfo):
+                raise StageRefused(f"the {stage} ({name}) is refused: its info is not a ModelInfo")
+            result = check_model_info(stage, info, config, strict=strict)
+            if result.problem:
+                raise StageRefused(f"the {stage} ({name}) is refused: {result.problem}")
+            self.warnings[stage] = result.warnings
+            for warning in result.warnings:
+                print(f"warning: the {stage} ({name}) {warning}", file=sys.stderr)
 
     def models(self) -> dict[str, dict[str, Any]]:
         """Stage -> ``ModelInfo`` as JSON, for the stages present (recorded in every results line)."""
@@ -107,7 +136,13 @@ class Stages:
             obj = getattr(self, stage)
             if obj is not None:
                 out[stage] = obj.info.model_dump(mode="json")
+                if self.warnings.get(stage):
+                    out[stage]["warnings"] = list(self.warnings[stage])
         return out
+
+
+class StageRefused(ValueError):
+    """An in-process stage that the stage check refuses (``Stages.check``)."""
 
 
 @dataclass(frozen=True)

@@ -21,20 +21,19 @@ listing every failure (``RewardError.failures``, and ``RewardError.results`` wit
 did succeed); with ``on_error="return"`` the failed positions hold a ``RewardFailure`` (never a float)
 and the caller decides (e.g. drop the sample's group from the update).
 
-Transport: the client is a thin driver of one ``EvaluateStream`` call per ``score`` (``EvaluatorClient.stream``):
-at most ``window`` images sent and unanswered (the back-pressure window; the request iterator waits for
-room), answers matched to inputs by ``request_id`` and returned in input order. It has no retry policy of
-its own: the run loop's stream submitter (issue 27, ``negt2i.run``: one submitter, one retry policy, the
-stall watchdog) was not on main when this was written, and the client is to drive it once it is. Until
-then nothing is sent twice: an image answered with what the API marks retryable (``RESOURCE_EXHAUSTED``
-other than ``MESSAGE_TOO_LARGE``, ``UNAVAILABLE``), or left unanswered by a failed stream, is a
-``RewardFailure`` with ``retryable=True``, and the caller may score it again.
+Transport: the client is one more driver of the run loop's stream submitter
+(``negt2i.run.stream.StreamSubmitter``, the one ``negt2i submit`` and ``negt2i generate --score`` use): it
+streams over ``EvaluateStream`` with the back-pressure window, keeps input order, and sends again only
+what the API marks retryable (``RESOURCE_EXHAUSTED`` other than ``MESSAGE_TOO_LARGE``, ``UNAVAILABLE``; a
+dropped stream is reopened), with the submitter's one retry policy (``RetryPolicy``) and stall watchdog.
+An image still without a final answer when the policy runs out is a ``RewardFailure`` with
+``retryable=True``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
 
     from negt2i.client import EvaluatorClient
     from negt2i.pipeline import Pipeline
+    from negt2i.run.stream import RetryPolicy
     from negt2i.wire.v1 import evaluator_pb2
 
 RewardImage: TypeAlias = "bytes | np.ndarray[Any, Any] | PILImage"
@@ -198,8 +198,8 @@ class _Job:
 class RewardClient:
     """Rewards from an orchestrator (``host:port``, or an open ``EvaluatorClient``); see the module docstring.
 
-    ``window``: images sent and not yet answered; ``timeout``: seconds per ``score`` call (None: none);
-    ``on_error``: the default of ``score``;
+    ``window``: images in flight; ``policy``: the stream submitter's ``RetryPolicy`` (default: its default);
+    ``timeout``: seconds per ``score`` call (None: none); ``on_error``: the default of ``score``;
     ``client_options`` (``tls``, ``token``, ``max_message_bytes``) open the channel when ``target`` is a string.
     """
 
@@ -208,6 +208,7 @@ class RewardClient:
         target: str | EvaluatorClient,
         *,
         window: int = DEFAULT_WINDOW,
+        policy: RetryPolicy | None = None,
         timeout: float | None = None,
         on_error: OnError = "raise",
         **client_options: Any,
@@ -219,10 +220,13 @@ class RewardClient:
         self._own = isinstance(target, str)
         self.client = EvaluatorClient(target, timeout=None, **client_options) if isinstance(target, str) else target
         self.window = window
+        self.policy = policy
         self.timeout = timeout
         self.on_error = _check_on_error(on_error)
+        self.last_stats: Any = None
+        """The stream submitter's ``StreamStats`` of the last ``score`` (answers, retried, streams, ...)."""
         self.last_max_in_flight = 0
-        """The most images sent and unanswered at once during the last ``score`` (at most ``window``)."""
+        """The most images in flight at once during the last ``score`` (at most ``window``)."""
 
     def __enter__(self) -> RewardClient:
         return self
@@ -260,64 +264,35 @@ class RewardClient:
         on_error: OnError | None = None,
     ) -> list[Any]:
         """One reward per image, in input order (``list[float]``; ``details=True``: ``list[RewardDetails]``)."""
-        import threading
-
-        from negt2i.client import ClientError
-        from negt2i.run.stream import retryable
+        from negt2i.run.stream import StreamSubmitter
         from negt2i.wire import adapter
 
         _check_lengths(images, prompts)
         mode = self.on_error if on_error is None else _check_on_error(on_error)
-        outcomes: list[Any] = [None] * len(images)
-        room = threading.Semaphore(self.window)  # the back-pressure window: images sent and not yet answered
-        done = threading.Event()
-        sent: set[int] = set()
-        answered = [0]
-        self.last_max_in_flight = 0
-
-        def requests() -> Iterator[evaluator_pb2.EvaluateRequest]:
-            for i, (image, prompt) in enumerate(zip(images, prompts, strict=True)):
-                prepared = self._prepare(_Job(i, image, prompt))
-                if isinstance(prepared, Failure):
-                    outcomes[i] = RewardFailure(i, prepared.code, prepared.details())
-                    continue
-                prepared.request_id = str(i)
-                while not room.acquire(timeout=0.5):
-                    if done.is_set():  # the stream failed: stop feeding it
-                        return
-                sent.add(i)
-                self.last_max_in_flight = max(self.last_max_in_flight, len(sent) - answered[0])
-                yield prepared
-
-        try:
-            for resp in self.client.stream(requests(), timeout=self.timeout):
-                i = int(resp.request_id) if resp.request_id.isdigit() else -1
-                if i not in sent or outcomes[i] is not None:  # not ours, or answered twice: ignored
-                    continue
-                answered[0] += 1
-                room.release()
-                if resp.HasField("error"):
-                    failure = adapter.failure_from_proto(resp.error)
-                    retry = retryable(resp.error)  # marked retryable: returned as such, not retried here
-                    message = failure.details().removeprefix(f"{failure.code}: ")
-                    outcomes[i] = RewardFailure(i, failure.code, message, retryable=retry)
-                    continue
+        jobs = [_Job(i, im, p) for i, (im, p) in enumerate(zip(images, prompts, strict=True))]
+        submitter: StreamSubmitter[_Job] = StreamSubmitter(
+            self.client, self._prepare, window=self.window, policy=self.policy, timeout=self.timeout
+        )
+        outcomes: list[Any] = []
+        for answer in submitter.run(jobs):
+            index = answer.index
+            if answer.failure is not None:  # refused before sending
+                outcomes.append(RewardFailure(index, answer.failure.code, answer.failure.details()))
+            elif answer.response is None:  # left by a stopped run (stall, stream error, timeout)
+                outcomes.append(RewardFailure(index, "UNAVAILABLE", answer.left or "no answer", retryable=True))
+            elif answer.response.HasField("error"):  # final: retryable ones only after the policy's attempts
+                failure = adapter.failure_from_proto(answer.response.error)
+                message = failure.details().removeprefix(f"{failure.code}: ")
+                outcomes.append(RewardFailure(index, failure.code, message, retryable=bool(answer.left)))
+            else:
                 try:
-                    verdict = adapter.verdict_from_proto(resp.result.verdict)
+                    verdict = adapter.verdict_from_proto(answer.response.result.verdict)
                 except ValueError as exc:  # e.g. a score that contradicts its elements: no reward from it
-                    outcomes[i] = RewardFailure(i, "DATA_LOSS", f"invalid verdict from the server: {exc}")
+                    outcomes.append(RewardFailure(index, "DATA_LOSS", f"invalid verdict from the server: {exc}"))
                     continue
-                outcomes[i] = _outcome(verdict, details)
-        except ClientError as exc:  # the stream failed: every image without an answer gets the stream's error
-            done.set()
-            for i, o in enumerate(outcomes):
-                if o is None:
-                    outcomes[i] = RewardFailure(i, exc.code, exc.details, retryable=exc.retryable)
-        finally:
-            done.set()
-        for i, o in enumerate(outcomes):
-            if o is None:
-                outcomes[i] = RewardFailure(i, "UNAVAILABLE", "the stream ended without an answer", retryable=True)
+                outcomes.append(_outcome(verdict, details))
+        self.last_stats = submitter.stats
+        self.last_max_in_flight = submitter.stats.max_in_flight
         return _finish(outcomes, mode)
 
 

@@ -187,11 +187,49 @@ JUDGE_WEIGHTS: Final[dict[str, WeightsEntry]] = {
             main_file="open_clip_model.safetensors",
             size_mb=610,
         ),
+        WeightsEntry(
+            name="pickscore-v1",
+            stage="judge",
+            model="yuvalkirstain/PickScore_v1",
+            source="hf",
+            repo="yuvalkirstain/PickScore_v1",
+            revision="main",
+            files=("config.json", "model.safetensors"),
+            main_file="model.safetensors",
+            size_mb=3950,
+        ),
+        WeightsEntry(  # PickScore's model card loads its processor from the CLIP it was fine-tuned from
+            name="pickscore-processor",
+            stage="judge",
+            model="laion/CLIP-ViT-H-14-laion2B-s32B-b79K (processor)",
+            source="hf",
+            repo="laion/CLIP-ViT-H-14-laion2B-s32B-b79K",
+            revision="main",
+            files=("preprocessor_config.json", "tokenizer_config.json"),
+            main_file="preprocessor_config.json",
+            extra_patterns=("tokenizer.json", "vocab.json", "merges.txt", "special_tokens_map.json"),
+            size_mb=5,
+        ),
+        WeightsEntry(  # no repository pinned: the user places and records it (docs/weights.md)
+            name="negationclip",
+            stage="judge",
+            model="NegationCLIP (user-supplied transformers CLIPModel checkpoint)",
+            source="local",
+            repo="",
+            revision="local",
+            files=("config.json", "model.safetensors", "preprocessor_config.json", "tokenizer_config.json"),
+            main_file="model.safetensors",
+        ),
     )
 }
 """The judges of the agreement study (Section 4, issue 23; ``negt2i judges list``), by judge name. Kept apart
 from ``WEIGHTS`` (the evaluator's models): ``negt2i weights fetch NAME`` fetches one, ``--judges`` all of them,
 and ``--all`` still means the evaluator's models only (the judges are ~260 GB)."""
+
+
+def fetchable_judges() -> list[str]:
+    """The judge entries ``negt2i weights fetch --judges`` downloads: all but those without a pinned repository."""
+    return [n for n, e in JUDGE_WEIGHTS.items() if e.source != "local"]
 
 
 def weights_dir(path: str | Path | None = None) -> Path:
@@ -225,7 +263,21 @@ def missing_files(e: WeightsEntry, root: Path) -> list[str]:
     return [f for f in e.files if not (folder / f).is_file()]
 
 
+def local_help(root: Path, name: str) -> str:
+    """How to provide the weights of an entry without a pinned repository (``source="local"``)."""
+    e = entry(name)
+    return (
+        f"{name} has no pinned repository: put a checkpoint ({', '.join(e.files)}) in {root / name}, then run "
+        f"`negt2i weights record --dir {root} {name} --revision REV` (REV: the commit or release you took it from; "
+        "docs/weights.md)"
+    )
+
+
 def _fetch_hint(root: Path, names: Sequence[str]) -> str:
+    local = [n for n in names if entry(n).source == "local"]
+    if local:
+        rest = [n for n in names if n not in local]
+        return "; ".join([*(local_help(root, n) for n in local), *([_fetch_hint(root, rest)] if rest else [])])
     command = f"negt2i weights fetch --dir {root} {' '.join(names)}"
     return f"run `{command}` (or set NEGT2I_WEIGHTS_DIR to a folder that has them). {offline_help(names)}"
 
@@ -432,6 +484,8 @@ def fetch(
     done: list[Path] = []
     for name in names or list(WEIGHTS):
         e = entry(name)
+        if e.source == "local":
+            raise WeightsError(local_help(root, name))
         folder = root / e.name
         if not force and not missing_files(e, root) and read_lock(folder) is not None:
             verify(name, root)

@@ -113,16 +113,24 @@ pids+=($!)
 names+=(orchestrator)
 echo "orchestrator: 127.0.0.1:$port (log $logs/orchestrator.log)"
 serving=0
+said=""
 deadline=$((SECONDS + timeout))
 while [ $SECONDS -lt $deadline ]; do
-    if "$PY" - "$port" <<'PYEOF' 2>/dev/null; then
+    # the status, and what the orchestrator says about each stage (health details: refused / down, and why)
+    if now=$("$PY" -c '
 import sys
 from negt2i.client import EvaluatorClient
 with EvaluatorClient(f"127.0.0.1:{sys.argv[1]}") as c:
-    sys.exit(0 if c.health() == "SERVING" else 1)
-PYEOF
+    status, details = c.health_details()
+print("; ".join(f"the {stage} is {text}" for stage, text in details.items()))
+sys.exit(0 if status == "SERVING" else 1)
+' "$port" 2>/dev/null); then
+        said=$now
         serving=1
         break
+    fi
+    if [ -n "$now" ]; then
+        said=$now  # the last thing the orchestrator said (it may stop answering)
     fi
     for j in "${!pids[@]}"; do
         if ! kill -0 "${pids[$j]}" 2>/dev/null; then
@@ -135,8 +143,9 @@ PYEOF
 done
 if [ "$serving" != 1 ]; then
     echo "error: the orchestrator on 127.0.0.1:$port did not report SERVING within $timeout s" \
-        "(NEGT2I_SERVE_TIMEOUT); logs in $logs" >&2
+        "(NEGT2I_SERVE_TIMEOUT)${said:+: $said}; logs in $logs" >&2
     exit 1
 fi
+[ -n "$said" ] && echo "warning: $said" >&2
 echo "SERVING: negt2i submit IMAGES --orchestrator 127.0.0.1:$port --out results.jsonl"
 wait

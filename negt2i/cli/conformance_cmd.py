@@ -19,6 +19,11 @@ def register(sub: Any) -> None:
     p.add_argument("stage", choices=STAGES)
     p.add_argument("url", help="the service's base URL, e.g. http://127.0.0.1:3001")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call (default 30)")
+    p.add_argument("--rules", default=None, help="the orchestrator's rules, preset or JSON file, that /info's "
+                   "stated rule constants must match [NEGT2I_RULES, default current]")  # fmt: skip
+    p.add_argument("--strict-stages", action="store_true", default=None,
+                   help="fail a service that leaves its rules or operating point unstated, as an orchestrator with "
+                   "NEGT2I_STRICT_STAGES=1 refuses it (else: a warning) [NEGT2I_STRICT_STAGES]")  # fmt: skip
     p.add_argument(
         "--image",
         action="append",
@@ -41,7 +46,11 @@ def _run(args: argparse.Namespace) -> int:
     if missing:
         print(f"error: no such image file: {', '.join(missing)}", file=sys.stderr)
         return 2
-    checks = run_checks(args.stage, args.url, timeout=args.timeout, images=args.image, expect=args.expect)
+    from negt2i.config import load_config
+
+    config = load_config(args.rules) if args.rules else None
+    checks = run_checks(args.stage, args.url, timeout=args.timeout, images=args.image, expect=args.expect,
+                        config=config, strict=args.strict_stages)  # fmt: skip
     print(format_report(args.stage, args.url, checks))
     if not any(c.passed for c in checks[:3]):
         print(f"error: nothing answered at {args.url}", file=sys.stderr)

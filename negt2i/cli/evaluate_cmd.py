@@ -50,6 +50,13 @@ def register(sub: Any) -> None:
     p.add_argument("--weights-dir", default=None, help="weights cache [NEGT2I_WEIGHTS_DIR, ~/.cache/negt2i/weights]")
     p.add_argument("--batch-size", type=int, default=8, help="images per model call of each stage (default 8)")
     p.add_argument(
+        "--strict-stages",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="refuse a stage backend whose info leaves its rule constants or operating point unstated (else it "
+        "is used with a warning, as the orchestrator does) [NEGT2I_STRICT_STAGES, default off]",
+    )
+    p.add_argument(
         "--workers",
         type=_workers,
         default=os.environ.get("NEGT2I_WORKERS") or None,
@@ -127,6 +134,7 @@ def _run(args: argparse.Namespace) -> int:
             device=args.device,
             weights_dir=args.weights_dir,
             config=config,
+            strict=args.strict_stages,
         )
         summary = evaluate(
             jobs,

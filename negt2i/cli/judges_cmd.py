@@ -66,7 +66,8 @@ def _list(args: argparse.Namespace) -> int:
     root = weights.weights_dir(args.dir)
     rows = [("judge", "kind", "name in files", "params", "model", "weights")]
     for r in judges():
-        status = weights.status(r.weights, root) if r.weights else "none needed"
+        states = [weights.status(n, root) for n in r.weight_entries()]
+        status = next((x for x in states if x != "ok"), "ok") if states else "none needed"
         rows.append((r.name, r.kind, r.label, r.params or "-", r.model or "-", status))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:

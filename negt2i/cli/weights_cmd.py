@@ -57,7 +57,7 @@ def fetch_names(args: argparse.Namespace) -> list[str]:
     if args.names:
         return list(args.names)
     if args.all or args.judges:
-        return [*(weights.WEIGHTS if args.all else ()), *(weights.JUDGE_WEIGHTS if args.judges else ())]
+        return [*(weights.WEIGHTS if args.all else ()), *(weights.fetchable_judges() if args.judges else ())]
     return weights.needed(backends_from_args(args).values())
 
 

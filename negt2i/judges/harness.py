@@ -343,7 +343,7 @@ def run_judge(
     if not random_init and row.weights:
         from negt2i import weights
 
-        weights.require([row.weights], weights_dir)  # one clear message before anything loads
+        weights.require(row.weight_entries(), weights_dir)  # one clear message before anything loads
     t0 = time.perf_counter()
     judge = (build or registry.create)(
         judge_name, device=device, weights_dir=weights_dir, dtype=dtype, random_init=random_init

@@ -23,7 +23,7 @@ from typing import Final
 
 from negt2i.judges.base import Kind, ScoreJudge, VQAJudge
 
-BUILTIN_MODULES: list[str] = ["negt2i.judges.vlm", "negt2i.judges.clip_score"]
+BUILTIN_MODULES: list[str] = ["negt2i.judges.vlm", "negt2i.judges.clip_score", "negt2i.judges.hf_clip"]
 JUDGE_MODULES_ENV: Final = "NEGT2I_JUDGE_MODULES"
 """Comma-separated modules imported before a judge is built, to register more judges (plug-ins)."""
 
@@ -43,6 +43,12 @@ class JudgeBackend:
     weights: str | None = None
     """The ``negt2i.weights`` entry it loads (None: no weights to fetch)."""
     model: str = ""
+    extra_weights: tuple[str, ...] = ()
+    """Further entries it loads (PickScore's processor comes from another repository)."""
+
+    def weight_entries(self) -> list[str]:
+        """Every ``negt2i.weights`` entry the judge needs, its own first."""
+        return [*([self.weights] if self.weights else []), *self.extra_weights]
 
 
 _TABLE: dict[str, JudgeBackend] = {}

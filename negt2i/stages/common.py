@@ -99,10 +99,21 @@ ClassLists = Sequence[Collection[str] | None]
 """The classes wanted per image (``None`` or empty: every class), as ``Detector.detect`` takes them."""
 
 
+DETECT_CLASSES: Final = "detect.classes"
+"""The class filter feature, as a served detector lists it in ``StageInfo.features``."""
+
+
 def accepts_classes(detector: Any) -> bool:
-    """Whether ``detector.detect`` takes the ``classes`` / ``max_per_class`` keywords (third-party
-    detectors written before the filter take only ``images``)."""
+    """Whether ``detector`` is asked for the class filter: it lists ``detect.classes`` in its ``features``
+    (as a served detector lists it in ``StageInfo.features``: then it also states ``class_counts`` for the
+    classes its cap cut) and its ``detect`` takes the ``classes`` / ``max_per_class`` keywords. Any other
+    detector (one written before the filter, or one that takes the keywords without stating the feature) is
+    called with the images alone and filtered after (``ask_detector``, ``negt2i.flow.begin``), so the counts
+    before the cap (``Detections.class_counts``, ``measurements.candidates``) are right whatever it does."""
     import inspect
+
+    if DETECT_CLASSES not in tuple(getattr(detector, "features", ()) or ()):
+        return False
 
     try:
         params = inspect.signature(detector.detect).parameters

@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
 from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
-from negt2i.stages.common import ClassLists, check_image, chunks, select_detections, select_requested
+from negt2i.stages.common import DETECT_CLASSES, ClassLists, check_image, chunks, select_detections, select_requested
 from negt2i.stages.registry import register
 from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING
 from negt2i.vocab import COCO_CLASSES
@@ -165,6 +165,9 @@ class _FilteredPostprocess:
 
 class MaskRCNNDetector:
     """Wraps a torchvision ``MaskRCNN`` (``maskrcnn_resnet50_fpn`` with COCO weights for the ablation)."""
+
+    features: tuple[str, ...] = (DETECT_CLASSES,)
+    """It honours the class filter and reports ``class_counts`` (``negt2i.stages.common.accepts_classes``)."""
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.perception import Detections
 from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
-from negt2i.stages.common import ClassLists, check_image, select_detections, select_requested
+from negt2i.stages.common import DETECT_CLASSES, ClassLists, check_image, select_detections, select_requested
 from negt2i.stages.registry import register
 from negt2i.vocab import COCO_CLASSES
 
@@ -159,6 +159,9 @@ class PreparedImage:
 
 class RFDETRDetector:
     """Wraps an ``rfdetr`` segmentation model (``RFDETRSegXLarge`` for the paper)."""
+
+    features: tuple[str, ...] = (DETECT_CLASSES,)
+    """It honours the class filter and reports ``class_counts`` (``negt2i.stages.common.accepts_classes``)."""
 
     def __init__(
         self,

@@ -44,6 +44,7 @@ from negt2i.perception import Detections, mask_to_xyxy
 from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
 from negt2i.stages.base import RefineItem, ScoreItem
 from negt2i.stages.common import (
+    DETECT_CLASSES,
     ClassLists,
     check_boxes,
     check_image,
@@ -226,6 +227,9 @@ def find_objects(
 class SyntheticDetector:
     """Finds ``render_scene`` objects by their class colour; every detection scores ``score`` (none when
     ``score`` is below the config's prediction floor, which the detector applies)."""
+
+    features: tuple[str, ...] = (DETECT_CLASSES,)
+    """It honours the class filter and reports ``class_counts`` (``negt2i.stages.common.accepts_classes``)."""
 
     def __init__(self, *, score: float = 0.9, min_area: int = 4, config: RuleConfig = CURRENT, **_: Any) -> None:
         if not 0.0 <= score <= 1.0:

@@ -283,15 +283,22 @@ _KIND_TO: Final[dict[FailureKind, int]] = {
 _KIND_FROM: Final[dict[int, FailureKind]] = {v: k for k, v in _KIND_TO.items()}
 
 
+_STAGE_CODES: Final = frozenset({4, 8, 13, 14})
+"""DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE: the codes ``ItemError.stage`` names a stage for
+(``"orchestrator"`` when none failed)."""
+
+
 def failure_to_proto(failure: Failure) -> evaluator_pb2.ItemError:
     """The ``ItemError`` of an item that got no verdict (``message`` is the failure's details in plain words,
     ``status`` the same error in the rich error model: ``negt2i.wire.errors``)."""
     message = errors.plain(failure.details())
+    code = failure.code.number
+    stage = failure.stage or ("orchestrator" if code in _STAGE_CODES else "")
     return evaluator_pb2.ItemError(
-        code=failure.code.number,
+        code=code,
         message=message,
         field=failure.field,
-        stage=failure.stage,
+        stage=stage,
         kind=_KIND_TO[failure.kind],  # type: ignore[arg-type]
         rule=failure.rule or "",
         status=errors.to_status(failure, message),

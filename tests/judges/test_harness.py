@@ -161,7 +161,8 @@ def test_judges_list_shows_every_judge_with_its_weights(tmp_path: Path, capsys: 
     out = capsys.readouterr().out
     for name in (*VQA, "clipscore-vit-b-32"):
         assert name in out
-    assert out.count("missing") == 7 and "Qwen3-VL-8B" in out and "InternVL3.5-38B" in out
+    assert out.count("missing") == 9 and "Qwen3-VL-8B" in out and "InternVL3.5-38B" in out
+    assert "PickScore" in out and "NegationCLIP" in out
 
 
 def test_weights_fetch_takes_judge_names_and_fetches_their_shards(
@@ -279,3 +280,112 @@ def test_a_plug_in_judge_registers_through_the_environment(
                  "--images", str(study["images"]), "--out", str(out), "--no-progress"]) == 0  # fmt: skip
     prompts = {json.loads(x)["prompt"] for x in study["questions"].read_text().splitlines()}
     assert sorted(r["score"] for r in _rows(out)[1]) == sorted(float(len(p)) for p in prompts)
+
+
+CLIP_JUDGES = ("pickscore-v1", "negationclip")
+
+
+@pytest.mark.parametrize("judge", CLIP_JUDGES)
+def test_transformers_clip_judges_score_every_prompt_and_resume(study: dict[str, Path], judge: str) -> None:
+    """PickScore / NegationCLIP (tiny random CLIPModel): one score per image, header, timing, resume."""
+    out = study["root"] / f"{judge}.jsonl"
+    assert _run(study, judge, "score", out, "--batch-size", "2") == 0
+    (h,), rows = _rows(out)
+    assert h["judge"] == registry.backend(judge).label + "-random" and h["mode"] == "score" and h["kind"] == "score"
+    assert h["library"].startswith("transformers ") and h["revision"] == "random-init" and h["load_seconds"] > 0
+    assert h["params"] > 0 and h["batch_size"] == 2
+    assert sorted(r["image"] for r in rows) == sorted(img for img, _ in _questions(study, "whole"))
+    for r in rows:
+        assert r["element"] == "prompt" and isinstance(r["score"], float) and abs(r["score"]) < 1e3
+        assert r["seconds"] > 0 and r["gpu_gib"] is None and r["rss_gib"] > 0 and r["run"] == h["run"]
+    before = out.read_bytes()
+    assert _run(study, judge, "score", out) == 0
+    assert out.read_bytes() == before
+    lines = before.decode().splitlines(keepends=True)
+    out.write_text("".join(lines[:-1]) + lines[-1][:20])  # killed mid-write: the last row torn
+    assert _run(study, judge, "score", out) == 0
+    headers2, rows2 = _rows(out)
+    assert len(headers2) == 2 and [r["score"] for r in rows2] == pytest.approx([r["score"] for r in rows], abs=1e-5)
+    assert [r["run"] for r in rows2].count(headers2[1]["run"]) == 1
+
+
+def test_clip_score_is_logit_scale_times_cosine_and_batch_independent() -> None:
+    """The model card's formula, checked against CLIPModel's own logits_per_image (= logit_scale * cosine)."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in ((40, 70), (90, 50))]
+    long = "a photo of a backpack and a parking meter, where the backpack is not above it " * 3
+    items = [(images[0], "a photo of a non-red cup"), (images[1], long)]
+    judge: Any = registry.create("pickscore-v1", device="cpu", random_init=True)
+    batched = judge.score_batch(items)
+    alone = [judge.score_batch([it])[0] for it in items]
+    assert batched == pytest.approx(alone, abs=1e-4)
+    for (image, text), got in zip(items, batched, strict=True):
+        tokens = judge.tokenizer([text], truncation=True, max_length=77, return_tensors="pt")
+        assert tokens["input_ids"].shape[1] <= 77
+        pixels = judge.image_processor(images=[image], return_tensors="pt")["pixel_values"]
+        with torch.inference_mode():
+            logits = judge.model(input_ids=tokens["input_ids"], pixel_values=pixels).logits_per_image
+        assert got == pytest.approx(float(logits[0, 0]), abs=1e-4)
+    assert batched[0] != pytest.approx(batched[1], abs=1e-3)
+
+
+@pytest.mark.parametrize("judge", CLIP_JUDGES)
+def test_clip_judges_load_a_saved_transformers_checkpoint_by_default(
+    judge: str, study: dict[str, Path], tmp_path: Path
+) -> None:
+    """The real path: CLIPModel.from_pretrained + AutoImageProcessor / AutoTokenizer from the cache folders
+    (PickScore: model from pickscore-v1, processor from pickscore-processor, as its model card does),
+    recorded, verified, scoring exactly as the model they were saved from."""
+    from negt2i.judges.hf_clip import tiny_clip
+
+    model, image_processor, tokenizer = tiny_clip()
+    model_dir = tmp_path / judge
+    processor_dir = tmp_path / "pickscore-processor" if judge == "pickscore-v1" else model_dir
+    model.save_pretrained(model_dir)
+    image_processor.save_pretrained(processor_dir)
+    tokenizer.save_pretrained(processor_dir)
+    names = [judge, "pickscore-processor"] if judge == "pickscore-v1" else [judge]
+    assert main(["weights", "record", *names, "--dir", str(tmp_path), "--revision", "abc123"]) == 0
+    args = ["judges", "run", "--judge", judge, "--mode", "score", "--questions", str(study["questions"]),
+            "--images", str(study["images"]), "--no-progress"]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "real.jsonl"), "--weights-dir", str(tmp_path)]) == 0
+    assert main([*args, "--out", str(tmp_path / "rand.jsonl"), "--random-init"]) == 0
+    (h,), real = _rows(tmp_path / "real.jsonl")
+    rand = _rows(tmp_path / "rand.jsonl")[1]
+    assert h["revision"] == "abc123" and len(h["sha256"]) == 64 and h["judge"] == registry.backend(judge).label
+    assert [r["score"] for r in real] == pytest.approx([r["score"] for r in rand], abs=1e-5)
+
+
+def test_clip_judges_missing_weights_say_how_to_get_them(
+    study: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """PickScore names both of its entries in one fetch command; NegationCLIP (no pinned repository) says where
+    to put a checkpoint and how to record it, `weights fetch` refuses it, `--judges` leaves it out."""
+    from negt2i import weights
+    from negt2i.cli.weights_cmd import fetch_names
+
+    cache = tmp_path / "cache"
+    for judge in CLIP_JUDGES:
+        code = main(["judges", "run", "--judge", judge, "--mode", "score", "--questions", str(study["questions"]),
+                     "--images", str(study["images"]), "--out", str(tmp_path / f"{judge}.jsonl"),
+                     "--weights-dir", str(cache)])  # fmt: skip
+        err = capsys.readouterr().err
+        assert code == 1 and err.count("error:") == 1 and "--random-init" in err
+        assert not (tmp_path / f"{judge}.jsonl").exists()
+        if judge == "pickscore-v1":
+            assert f"negt2i weights fetch --dir {cache} pickscore-v1 pickscore-processor" in err
+        else:
+            assert "no pinned repository" in err and f"negt2i weights record --dir {cache} negationclip" in err
+            assert "weights fetch" not in err
+    assert main(["weights", "fetch", "--dir", str(cache), "negationclip"]) != 0
+    assert "no pinned repository" in capsys.readouterr().err
+    assert not (cache / "negationclip").exists()
+    import argparse
+
+    names = fetch_names(argparse.Namespace(names=[], all=False, judges=True))
+    assert "negationclip" not in names and {"pickscore-v1", "pickscore-processor"} <= set(names)
+    assert set(names) == set(weights.JUDGE_WEIGHTS) - {"negationclip"}

@@ -195,3 +195,16 @@ def test_health_per_stage_and_category() -> None:
     ]  # fmt: skip
     names = discovery.health_statuses({**every, "detector": False}, CURRENT)
     assert all(names[discovery.category_name(c)] == down for c in Category)
+
+
+@pytest.mark.parametrize(
+    ("code", "stage", "want"),
+    [("DEADLINE_EXCEEDED", "", "orchestrator"), ("RESOURCE_EXHAUSTED", "", "orchestrator"),
+     ("INTERNAL", "", "orchestrator"), ("UNAVAILABLE", "depth", "depth"), ("INVALID_ARGUMENT", "", ""),
+     ("NOT_FOUND", "", "")],
+)  # fmt: skip
+def test_item_error_stage_is_set_wherever_its_comment_says(code: str, stage: str, want: str) -> None:
+    """ItemError.stage: the stage for the four stage codes, "orchestrator" when no stage failed (its deadline,
+    admission or message limits, a bug), empty for the request's own errors."""
+    failure = Failure(FailureKind.STAGE_ERROR, "x", stage=stage, code=code)
+    assert adapter.failure_to_proto(failure).stage == want

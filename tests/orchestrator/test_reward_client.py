@@ -1,6 +1,6 @@
-"""RewardClient against a scripted ``EvaluateStream`` server: every refused item is an explicit ``RewardFailure``
-marked ``retryable`` exactly when the API marks it so, nothing is sent twice (the client has no retry policy of
-its own), the window holds, and a verdict that contradicts itself is a failure, not a reward."""
+"""RewardClient against a scripted ``EvaluateStream`` server: only what the API marks retryable is sent again
+(the stream submitter's one policy), what stays unanswered or is refused is an explicit ``RewardFailure``, the
+window holds, and a verdict that contradicts itself is a failure, not a reward."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ import pytest
 
 from negt2i.failures import Failure, FailureKind
 from negt2i.reward import RewardClient, RewardFailure, RewardJudge
+from negt2i.run.stream import RetryPolicy
 from negt2i.stages.demo_data import demo_entries
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
 from tests.services.live import free_port
 
+FAST = RetryPolicy(attempts=3, item_timeout=5.0, base=0.01, cap=0.05)
 SYNTH = dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")
 ERRORS = {
     "overloaded": ("RESOURCE_EXHAUSTED", "SERVER_OVERLOADED"),
@@ -72,12 +74,12 @@ def verdict() -> tuple[dict[str, Any], evaluator_pb2.Verdict, float]:
     return record, adapter.verdict_to_proto(d.verdict), d.score
 
 
-def test_failures_are_explicit_and_marked_retryable_as_the_api_marks_them(verdict) -> None:
+def test_only_retryable_answers_are_sent_again(verdict) -> None:
     record, msg, score = verdict
     script = {
         0: ["ok"],
-        1: ["overloaded"],  # RESOURCE_EXHAUSTED (SERVER_OVERLOADED): retryable
-        2: ["unavailable"],  # retryable
+        1: ["overloaded", "unavailable", "ok"],  # retryable twice, then answered: a reward
+        2: ["unavailable"],  # retryable, never answered: the policy's 3 sends, then an explicit failure
         3: ["too_large"],  # RESOURCE_EXHAUSTED but MESSAGE_TOO_LARGE: sending it again cannot succeed
         4: ["invalid"],  # not retryable
         5: ["bad"],  # a verdict whose score contradicts its elements
@@ -85,23 +87,23 @@ def test_failures_are_explicit_and_marked_retryable_as_the_api_marks_them(verdic
     }
     server = Scripted(script, msg)
     try:
-        with RewardClient(server.target, window=2) as reward:
+        with RewardClient(server.target, policy=FAST, window=2) as reward:
             got = reward.score([str(i).encode() for i in script], [record] * len(script), on_error="return")
-            assert reward.last_max_in_flight == 2
+            assert 0 < reward.last_max_in_flight <= 2 and reward.last_stats.retried == 4
     finally:
         server.server.stop(0)
-    assert got[0] == got[6] == score
-    assert dict(server.sends) == dict.fromkeys(script, 1)  # nothing sent twice
+    assert got[0] == got[1] == got[6] == score
+    assert dict(server.sends) == {0: 1, 1: 3, 2: 3, 3: 1, 4: 1, 5: 1, 6: 1}
     failures = {f.index: f for f in got if isinstance(f, RewardFailure)}
-    assert sorted(failures) == [1, 2, 3, 4, 5]
-    assert [(failures[i].code, failures[i].retryable) for i in (1, 2, 3, 4)] == [
-        ("RESOURCE_EXHAUSTED", True), ("UNAVAILABLE", True), ("RESOURCE_EXHAUSTED", False), ("INVALID_ARGUMENT", False)
+    assert sorted(failures) == [2, 3, 4, 5]
+    assert [(failures[i].code, failures[i].retryable) for i in (2, 3, 4)] == [
+        ("UNAVAILABLE", True), ("RESOURCE_EXHAUSTED", False), ("INVALID_ARGUMENT", False)
     ]  # fmt: skip
     assert failures[5].code == "DATA_LOSS" and "contradicts" in failures[5].message
 
 
 def test_a_server_that_is_not_there_fails_every_image_retryably(verdict) -> None:
     record, _, _ = verdict
-    with RewardClient(f"127.0.0.1:{free_port()}", timeout=5) as reward:
+    with RewardClient(f"127.0.0.1:{free_port()}", policy=FAST, timeout=20) as reward:
         got = reward.score([b"0", b"1"], [record] * 2, on_error="return")
     assert all(isinstance(f, RewardFailure) and f.code == "UNAVAILABLE" and f.retryable for f in got)

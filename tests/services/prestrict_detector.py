@@ -34,6 +34,7 @@ from negt2i import rle
 from negt2i.stages.synthetic import SyntheticDetector
 from tests.services.stub_http import StubHandler
 
+MAX_REQUEST_BYTES = 8 << 20
 MODEL: dict[str, str] = {
     "stage": "detector",
     "backend": "prestrict-palette",
@@ -70,14 +71,25 @@ def main() -> None:
         def do_GET(self) -> None:
             if self.path in ("/livez", "/readyz"):
                 self._send(200, "\n", "text/plain")
+            elif self.path == "/metrics":
+                self._send(200, "# TYPE detect_requests_total counter\ndetect_requests_total 0\n", "text/plain")
             elif self.path == "/info":
-                limits = {"max_request_bytes": 64 << 20, "max_batch_size": 16, "max_pixels": 4096 * 4096}
+                limits = {"max_request_bytes": MAX_REQUEST_BYTES, "max_batch_size": 16, "max_pixels": 4096 * 4096}
                 self._send(200, {"contract": "negt2i.v1", "model": MODEL, "limits": limits, "ready": True})
             else:
                 self._send(404, {"error": "not found"})
 
         def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("content-length", "0")))
+            length = self.headers.get("content-length")
+            if length is None:
+                self.close_connection = True
+                self._send(411, {"error": "Content-Length required"})
+                return
+            if int(length) > MAX_REQUEST_BYTES:
+                self.close_connection = True
+                self._send(413, {"error": f"the body is over {MAX_REQUEST_BYTES} bytes"})
+                return
+            body = self.rfile.read(int(length))
             if self.path != "/detect":
                 self._send(404, {"error": "not found"})
                 return
@@ -86,6 +98,8 @@ def main() -> None:
                 return
             try:
                 items = json.loads(body)["items"]
+                if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+                    raise TypeError
             except (ValueError, KeyError, TypeError):
                 self._send(400, {"error": 'the body must be {"items": [...]}'})
                 return
@@ -97,7 +111,12 @@ def main() -> None:
                     out.append({"error": {"status": 400, "message": f"unknown field {unknown[0]!r}",
                                           "field": unknown[0]}})  # fmt: skip
                 else:
-                    result = detect(base64.b64decode(item["image"]["data"]), detector)
+                    try:
+                        result = detect(base64.b64decode(item["image"]["data"]), detector)
+                    except Exception as exc:  # not an image this service can read: the item fails alone
+                        out.append({"error": {"status": 400, "message": f"cannot read the image ({exc})",
+                                              "field": "image"}})  # fmt: skip
+                        continue
                     seen["hw"] = [result["height"], result["width"]]
                     out.append(result)
                 with open(a.log, "a", encoding="utf-8") as fh:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from PIL import Image as PILImage
@@ -64,8 +65,18 @@ def prestrict(live_tmp: Path) -> Iterator[tuple[str, Path]]:
     port, log = free_port(), live_tmp / "prestrict-detector.log"
     cmd = [sys.executable, "-m", "tests.services.prestrict_detector", str(port), "--log", str(log)]
     proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}", log
+        end = time.monotonic() + 60
+        while True:  # until it answers /readyz
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2.0, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < end, "the pre-strict detector did not start"
+            time.sleep(0.1)
+        yield url, log
     finally:
         proc.kill()
         proc.wait(timeout=10)
@@ -157,3 +168,21 @@ def test_strict_stages_refuse_it_and_submit_says_why_within_seconds(
     assert rc == 3 and took < 15, (rc, took, err)
     assert "refuses a stage this run needs: the detector is refused: it states no rule constants" in err
     assert "not SERVING after" not in err
+
+
+def test_conformance_passes_it_with_warnings_and_strict_fails_one_check_without_cascading(
+    prestrict: tuple[str, Path],
+):
+    from negt2i.conformance import run_checks
+
+    url, _ = prestrict
+    loose = run_checks("detector", url, timeout=10, strict=False)
+    assert all(c.passed for c in loose), [c for c in loose if not c.passed]
+    info = next(c for c in loose if c.name == "GET /info")
+    assert (
+        "WARNING: it states no rule constants" in info.detail and "WARNING: it states no operating point" in info.detail
+    )
+    strict = run_checks("detector", url, timeout=10, strict=True)
+    failed = [c for c in strict if not c.passed]
+    assert [c.name for c in failed] == ["GET /info"], failed  # readiness and the rest are not dragged down
+    assert "would refuse it: it states no rule constants (ModelInfo.rules) and strict stages are on" in failed[0].detail

@@ -104,3 +104,16 @@ def test_no_serving_within_the_timeout_is_an_error(tmp_path: Path) -> None:
     assert out.returncode == 1, out.stdout + out.stderr
     assert "did not report SERVING within 0 s (NEGT2I_SERVE_TIMEOUT)" in out.stderr
     assert "SERVING:" not in out.stdout
+
+
+def test_the_timeout_error_says_why_each_stage_is_not_serving(tmp_path: Path) -> None:
+    """Health details (issue 28): the error names each stage the orchestrator cannot use, and why."""
+    stages = ("DETECTOR", "SEGMENTER", "ATTRIBUTES", "DEPTH")
+    nowhere = {f"NEGT2I_{stage}_URL": "http://127.0.0.1:9" for stage in stages}
+    env = base_env(tmp_path, {**nowhere, "NEGT2I_LOG_DIR": str(tmp_path / "logs"), "NEGT2I_PORT": str(free_port()),
+                              "NEGT2I_SERVE_TIMEOUT": "20", "PYTHON": sys.executable})  # fmt: skip
+    out = subprocess.run(["bash", "scripts/serve_local.sh"], check=False, cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120, start_new_session=True)  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "did not report SERVING within 20 s (NEGT2I_SERVE_TIMEOUT): the detector is down: no answer at" in out.stderr
+    assert "SERVING:" not in out.stdout

@@ -895,7 +895,10 @@ class ItemError(_message.Message):
     field: _builtins.str
     """The offending request field for INVALID_ARGUMENT, e.g. "prompt.statements[0].value"."""
     stage: _builtins.str
-    """The stage that failed for UNAVAILABLE / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED / INTERNAL."""
+    """The stage that failed for UNAVAILABLE / RESOURCE_EXHAUSTED / DEADLINE_EXCEEDED / INTERNAL, or
+    "orchestrator" when no stage did: the orchestrator's own deadline, admission or message limits,
+    or an error inside it. Empty for the other codes.
+    """
     kind: Global___FailureKind.ValueType
     """What kind of failure this is (the results file's error_kind)."""
     rule: _builtins.str
