@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from negt2i.config import CURRENT
@@ -76,3 +77,36 @@ def test_model_digest_is_documented_as_optional_once():
     text = DOC.read_text(encoding="utf-8")
     assert "**`model_digest` is optional**" in text
     assert "Every result that is not an `error` carries `model_digest`" not in text  # it was stated both ways
+
+
+def test_the_documented_details_of_a_stage_service(tmp_path: Path):
+    """Presets' floors, partial rules files, DetectItem.classes with person and repeats, and the error.field
+    of an unknown field (JSON and binary) are what the code does."""
+    from negt2i.config import PRESETS, load_config
+    from negt2i.wire.stage_handlers import StageHandler, StageSettings
+    from negt2i.wire.v1 import common_pb2
+
+    for config in PRESETS.values():
+        assert (config.detection.prediction_floor, config.masks.closing_radius, config.masks.min_component_fraction,
+                config.masks.box_chunk_size) == (0.005, 5, 0.05, 50)  # fmt: skip
+    rules = tmp_path / "partial.json"
+    rules.write_text('{"detection": {"prediction_floor": 0.01}}')
+    partial = load_config(str(rules))
+    assert partial.detection.prediction_floor == 0.01
+    assert partial.detection.presence_threshold == CURRENT.detection.presence_threshold
+    handler = StageHandler(StageSettings.from_env("detector", {"NEGT2I_DETECTOR_BACKEND": "synthetic"}))
+    png = adapter.encode_png(np.zeros((8, 8, 3), dtype=np.uint8))
+    image = adapter.to_json(adapter.image_to_proto(png))
+    out = handler.handle([{"image": image, "classes": ["person", "person", "cup"]},
+                          {"image": image, "no_such_field": 1},
+                          {"image": image, "classes": ["unicorn"]}])  # fmt: skip
+    assert "error" not in out[0]
+    assert out[1]["error"]["status"] == 400 and out[1]["error"]["field"] == "items[1]"
+    assert "no_such_field" in out[1]["error"]["message"]
+    assert out[2]["error"]["field"] == "classes[0]"
+    item = stages_pb2.DetectItem(image=common_pb2.Image(data=png))
+    raw = item.SerializeToString() + b"\x98\x06\x01"  # field 99, varint 1: unknown to DetectItem
+    msg = stages_pb2.DetectItem.FromString(raw)
+    failed = handler.handle_messages([msg])[0]
+    assert failed.error.status == 400 and failed.error.field == "items[0]"
+    assert "unknown field number 99 in negt2i.v1.DetectItem" in failed.error.message
