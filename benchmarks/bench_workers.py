@@ -18,6 +18,21 @@ asserted. Usage::
 
 ``--stage-ms`` is the stub time per image of the detector, segmenter, attribute scorer and depth
 estimator (only the images a stage is asked about pay its time).
+
+``--backends random`` runs the paper's four architectures with random weights instead of the stubs
+(``benchmarks/random_backends.py``: RF-DETR-Seg-XL at 624 px, which runs but answers the synthetic scene's
+detections, SAM 2.1 hiera-small at 1024 px, SigLIP 2 SO400M/14-378, Depth-Anything V2 Small), and
+``--variants`` measures where the models' own preprocessing runs (issue 30 item 7), interleaved in one run:
+
+- ``prepared``: the backends prepare their inputs on the worker side (``PreparesInputs``: the detector's
+  where the image is decoded, the other stages' in ``Pipeline.plan``); the models' thread runs the models;
+- ``in-call``: the same backends seen without ``prepare`` / ``run_prepared`` (``InCall``), so their
+  ordinary calls do the preprocessing inside the call, on the models' thread (the path before).
+
+Bounded recipe for a 2-core CPU machine (about 5 minutes, most of it the random-weight models)::
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_workers.py --backends random --images 8 --size 512 \
+        --batch-size 4 --workers 2 --variants in-call,prepared --repeats 2
 """
 
 from __future__ import annotations
@@ -106,6 +121,31 @@ def stub_stages(ms: Sequence[float]) -> Stages:
     )
 
 
+class InCall:
+    """A backend seen through its ordinary methods only (no ``prepare`` / ``run_prepared``): the pipeline calls
+    them on the models' thread, and their own preprocessing runs inside the call (the ``in-call`` variant)."""
+
+    METHODS = ("detect", "refine", "refine_batch", "score", "score_batch", "disparity")
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.info = inner, inner.info
+        for name in self.METHODS:
+            if hasattr(inner, name):
+                setattr(self, name, getattr(inner, name))
+
+
+def random_stages() -> Stages:
+    """The paper's four architectures with random weights (``benchmarks/random_backends.py``)."""
+    import random_backends
+
+    return Stages.create(dict.fromkeys(("detector", "segmenter", "attributes", "depth"), random_backends.NAME))
+
+
+def in_call(stages: Stages) -> Stages:
+    return Stages(*(None if s is None else InCall(s) for s in (stages.detector, stages.segmenter,
+                                                                stages.attributes, stages.depth)))  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--images", type=int, default=192)
@@ -114,44 +154,66 @@ def main() -> None:
     p.add_argument("--stage-ms", default="12,8,4,6", help="stub ms per image: detector,segmenter,attributes,depth")
     p.add_argument("--workers", default=f"0,1,{min(4, os.cpu_count() or 1)}", help="comma-separated worker counts")
     p.add_argument("--repeats", type=int, default=1, help="runs per worker count (the best is printed)")
+    p.add_argument("--backends", choices=("stub", "random"), default="stub",
+                   help="stub models of fixed cost, or the paper's architectures with random weights")  # fmt: skip
+    p.add_argument("--variants", default="prepared",
+                   help="comma-separated: prepared (preprocessing on the worker side), in-call (inside the "
+                        "models' calls); run interleaved")  # fmt: skip
     a = p.parse_args()
     ms = [float(v) for v in a.stage_ms.split(",")]
     counts = [int(v) for v in a.workers.split(",")]
+    variants = [v.strip() for v in a.variants.split(",") if v.strip()]
+    unknown = sorted(set(variants) - {"prepared", "in-call"})
+    if unknown:
+        p.error(f"unknown variants {unknown}; use prepared, in-call")
     samples = 4
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_demo(root / "images", prompts=-(-a.images // samples), samples=samples, seed=0, size=a.size)
         jobs = discover(root / "images")[: a.images]
-        stages = stub_stages(ms)
-        objs = [stages.detector, stages.segmenter, stages.attributes, stages.depth]
-        for s in objs:
-            s.sleep = False
-        evaluate(jobs, root / "warm.jsonl", stages, batch_size=a.batch_size, workers=0, progress=False)
-        for s in objs:
-            s.sleep = True
+        if a.backends == "stub":
+            stages = stub_stages(ms)
+            objs = [stages.detector, stages.segmenter, stages.attributes, stages.depth]
+            for s in objs:
+                s.sleep = False
+            evaluate(jobs, root / "warm.jsonl", stages, batch_size=a.batch_size, workers=0, progress=False)
+            for s in objs:
+                s.sleep = True
+            what = (f"stub model ms per image asked: detector {ms[0]:g}, segmenter {ms[1]:g}, attributes "
+                    f"{ms[2]:g}, depth {ms[3]:g}")  # fmt: skip
+        else:
+            stages = random_stages()
+            objs = []
+            warm = jobs[: min(len(jobs), a.batch_size)]  # one batch: first calls allocate, load kernels
+            evaluate(warm, root / "warm.jsonl", stages, batch_size=a.batch_size, workers=0, progress=False)
+            what = "the paper's four architectures with random weights (benchmarks/random_backends.py)"
         print(
             f"{len(jobs)} images ({a.size} px PNG, {len(jobs) // samples} prompts of every category), batch "
-            f"{a.batch_size}, stub model ms per image asked: detector {ms[0]:g}, segmenter {ms[1]:g}, "
-            f"attributes {ms[2]:g}, depth {ms[3]:g}; {os.cpu_count()} CPUs, load average "
-            f"{os.getloadavg()[0]:.1f}"
+            f"{a.batch_size}, {what}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}"
         )
+        built = {"prepared": stages, "in-call": in_call(stages)}
         files: list[bytes] = []
         for workers in counts:
-            best = float("inf")
+            best = dict.fromkeys(variants, float("inf"))
             for r in range(a.repeats):
-                for s in objs:
-                    s.asked = 0
-                out = root / f"w{workers}-{r}.jsonl"
-                t = time.perf_counter()
-                evaluate(jobs, out, stages, batch_size=a.batch_size, workers=workers, progress=False)
-                best = min(best, time.perf_counter() - t)
-                files.append(out.read_bytes())
-            model_s = sum(s.asked * s.ms for s in objs) / 1000
+                for variant in variants if r % 2 == 0 else variants[::-1]:  # interleaved, alternating order
+                    for s in objs:
+                        s.asked = 0
+                    out = root / f"w{workers}-{variant}-{r}.jsonl"
+                    t = time.perf_counter()
+                    evaluate(jobs, out, built[variant], batch_size=a.batch_size, workers=workers, progress=False)
+                    best[variant] = min(best[variant], time.perf_counter() - t)
+                    files.append(out.read_bytes())
             label = "workers 0 (serial)" if workers == 0 else f"workers {workers}"
-            print(
-                f"{label}: {len(jobs) / best:.1f} images/s ({best:.2f} s; stub model time {model_s:.2f} s, "
-                f"the models' bound {len(jobs) / model_s:.1f} images/s)"
-            )
+            for variant in variants:
+                bound = ""
+                if objs:
+                    model_s = sum(s.asked * s.ms for s in objs) / 1000
+                    bound = f"; stub model time {model_s:.2f} s, the models' bound {len(jobs) / model_s:.1f} images/s"
+                tag = f", {variant}" if len(variants) > 1 else ""
+                print(f"{label}{tag}: {len(jobs) / best[variant]:.2f} images/s ({best[variant]:.2f} s{bound})")
+            if len(variants) > 1 and "prepared" in best and "in-call" in best:
+                print(f"{label}: prepared / in-call images/s = {best['in-call'] / best['prepared']:.3f}")
         same = all(f == files[0] for f in files[1:])
         print(f"results files identical across runs: {'yes' if same else 'NO'}")
 

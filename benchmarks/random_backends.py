@@ -41,8 +41,16 @@ class FixedDetector:
         self.config = config
 
     def detect(self, images: Sequence[Any]) -> list[Any]:
-        self.real.detect(images)
-        return SyntheticDetector(config=self.config).detect(images)
+        return self.run_prepared([self.prepare(im) for im in images])
+
+    def prepare(self, image: Any) -> tuple[Any, Any]:
+        """RF-DETR's own preprocessing (``RFDETRDetector.prepare``), and the image for the synthetic answer."""
+        return self.real.prepare(image), image
+
+    def run_prepared(self, prepared: Sequence[tuple[Any, Any]], /, **_: Any) -> list[Any]:
+        """RF-DETR runs (unfiltered, as ``detect``); the synthetic detections of the images are returned."""
+        self.real.run_prepared([p for p, _ in prepared])
+        return SyntheticDetector(config=self.config).detect([im for _, im in prepared])
 
 
 def _seeded(build: Any) -> Any:

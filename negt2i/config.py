@@ -52,11 +52,34 @@ class MaskConfig(_Frozen):
     """Box prompts sent to SAM per call."""
 
 
+TEXT_TEMPLATES: dict[str, tuple[str, ...]] = {
+    "single": ("a photo of {article} {value} {class_name}.",),
+    "geneval": ("a photo of a {value} {class_name}", "a photo of a {value}-colored {class_name}",
+                "a photo of a {value} object"),
+}  # fmt: skip
+"""The attribute scorer's text template sets (``AttributeConfig.text_templates``). ``single``: one prompt per
+answer, ``{article}`` = ``an`` before a vowel, else ``a`` (the paper does not state its template). ``geneval``:
+GenEval's colour classifier (``evaluation/evaluate_images.py``), verbatim (always ``a``, no full stop), whose
+per-answer text embedding is the mean of the three normalised template embeddings, normalised again
+(``clip_benchmark``'s ``zero_shot_classifier``); GenEval has no material task, so material answers keep the
+single template under it."""
+
+TEXT_TEMPLATE_CODES: dict[str, int] = {"single": 0, "geneval": 1}
+"""How a stage states the template set it applies in ``ModelInfo.rules`` (numbers, as every stage rule is;
+published: never renumbered). A stage that states nothing applies ``single`` (code 0)."""
+
+
 class AttributeConfig(_Frozen):
-    """Attribute confusion buffers in 100 x cosine-similarity units (Table 15)."""
+    """Attribute confusion buffers in 100 x cosine-similarity units (Table 15), and the text template set the
+    attribute scorer embeds each answer with (``TEXT_TEMPLATES``).
+
+    ``text_templates`` was added after the first results files: at its default (``single``) it is left out of
+    the digest and the record, so that the ``current`` digest is the one results files already carry; any
+    other set is recorded (and changes the digest)."""
 
     color_beta: float = Field(0.5, ge=0.0)
     material_beta: float = Field(0.0, ge=0.0)
+    text_templates: Literal["single", "geneval"] = "single"
 
 
 class DirectionalConfig(_Frozen):
@@ -125,8 +148,13 @@ class RuleConfig(_Frozen):
     depth: DepthConfig = DepthConfig()
 
     def values(self) -> dict[str, Any]:
-        """Every constant (the name excluded) as JSON; a constant that does not apply (``None``) is left out."""
+        """Every constant (the name excluded) as JSON; a constant that does not apply (``None``) is left out, and
+        so is one added after the first results files while it has its default (``ADDED_DEFAULTS``)."""
         values: dict[str, Any] = _drop_none(self.model_dump(mode="json", exclude={"name"}))
+        for path, default in ADDED_DEFAULTS.items():
+            group, name = path.split(".")
+            if values.get(group, {}).get(name) == default:
+                del values[group][name]
         return values
 
     def digest(self) -> str:
@@ -176,6 +204,10 @@ in docs/rules.md ("The geneval preset")."""
 PRESETS: dict[str, RuleConfig] = {"current": CURRENT, "previous": PREVIOUS, "geneval": GENEVAL}
 
 
+ADDED_DEFAULTS: dict[str, Any] = {"attributes.text_templates": "single"}
+"""Constants added after the first results files, by config path, with the default at which they are left out
+of ``RuleConfig.values`` (the digest and the record) and of a stage's stated rules."""
+
 STAGE_RULES: dict[str, tuple[str, ...]] = {
     "detector": ("detection.prediction_floor",),
     "segmenter": ("masks.closing_radius", "masks.min_component_fraction", "masks.box_chunk_size"),
@@ -185,14 +217,39 @@ STAGE_RULES: dict[str, tuple[str, ...]] = {
 """The rule constants each stage applies itself (by config path); a stage reports their values in its
 model info and the orchestrator refuses a stage whose values differ from its own config."""
 
+OPTIONAL_STAGE_RULES: dict[str, tuple[str, ...]] = {
+    "detector": (),
+    "segmenter": (),
+    "attributes": ("attributes.text_templates",),
+    "depth": (),
+}
+"""Rule constants a stage applies itself that were added later (``ADDED_DEFAULTS``): stated only when not at
+their default, so that a stage built before them (which states nothing) still matches a config at the
+default; a template set is stated by its number (``TEXT_TEMPLATE_CODES``)."""
+
+
+def _stage_value(config: RuleConfig, path: str) -> float:
+    group, name = path.split(".")
+    value = getattr(getattr(config, group), name)
+    return float(TEXT_TEMPLATE_CODES[value]) if path == "attributes.text_templates" else float(value)
+
 
 def stage_rules(config: RuleConfig, stage: str) -> dict[str, float]:
-    """The values of ``STAGE_RULES[stage]`` in ``config``."""
-    out: dict[str, float] = {}
-    for path in STAGE_RULES[stage]:
+    """The values of ``STAGE_RULES[stage]`` in ``config``, and of ``OPTIONAL_STAGE_RULES[stage]`` not at their
+    default."""
+    out = {path: _stage_value(config, path) for path in STAGE_RULES[stage]}
+    for path in OPTIONAL_STAGE_RULES[stage]:
         group, name = path.split(".")
-        out[path] = float(getattr(getattr(config, group), name))
+        if getattr(getattr(config, group), name) != ADDED_DEFAULTS[path]:
+            out[path] = _stage_value(config, path)
     return out
+
+
+def stated_stage_rules(stage: str, stated: dict[str, float]) -> dict[str, float]:
+    """A stage's stated rules (``ModelInfo.rules``) with the optional ones at their default dropped (a stage may
+    state them or not), for comparing with ``stage_rules``."""
+    defaults = {path: _stage_value(RuleConfig(), path) for path in OPTIONAL_STAGE_RULES[stage]}
+    return {k: float(v) for k, v in stated.items() if k not in defaults or float(v) != defaults[k]}
 
 
 def load_config(source: str) -> RuleConfig:

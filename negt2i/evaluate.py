@@ -188,12 +188,13 @@ def evaluate(
                 previous: tuple[Sequence[Job], list[Loaded], Perceived, Future[None]] | None = None
                 for k, batch in enumerate(batches):
                     for ahead in batches[k + len(reading) : k + 1 + AHEAD]:
-                        reading.append([pool.submit(read_job, job) for job in ahead])
+                        reading.append([pool.submit(read_job, job, prepare=pipeline.prepare_image) for job in ahead])
                     loaded = [future.result() for future in reading.popleft()]
                     ready = [i for i, item in enumerate(loaded) if item.pixels is not None]
                     prompts = [batch[i].prompt for i in ready]
                     pixels = [loaded[i].pixels for i in ready]
-                    perceived = pipeline.detect(prompts, pixels)  # type: ignore[arg-type]  # both filtered
+                    prepared = [loaded[i].prepared for i in ready]
+                    perceived = pipeline.detect(prompts, pixels, prepared)  # type: ignore[arg-type]  # both filtered
                     planning = pool.submit(pipeline.plan, perceived)
                     if previous is not None:  # the batch before: planned on a worker meanwhile
                         previous[3].result()

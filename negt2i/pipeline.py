@@ -13,8 +13,15 @@ For a batch of (prompt, image) pairs:
 4. ``flow.finish`` per image validates the answers and judges.
 
 The steps are ``Pipeline.detect`` (1), ``plan`` (2), ``answer`` (3) and ``judge``
-(4); ``perceive`` is 1-3. ``plan`` and ``judge`` call no stage: ``negt2i evaluate
+(4); ``perceive`` is 1-3. ``plan`` and ``judge`` call no model: ``negt2i evaluate
 --workers N`` runs them on worker threads while the models run on other batches.
+
+A backend that splits its own preprocessing from its model call (``PreparesInputs`` of
+``negt2i.stages.base``: RF-DETR's, SAM 2's and Depth-Anything's image transforms, SigLIP's
+crops) has it done off the models' thread: the detector's by ``prepare_image`` (called where
+the image is decoded: a worker, in ``negt2i evaluate``), the other stages' in ``plan``; the
+models' thread then runs ``run_prepared`` only. The tensors are the same as in the backend's
+ordinary call (which is ``run_prepared`` of ``prepare``).
 
 Stages are anything implementing the protocols of ``negt2i.stages.base``: the
 in-process backends, or clients of remote stage services. Only the stages a
@@ -31,7 +38,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,6 +56,7 @@ from negt2i.stages.base import (
     BatchSegmenter,
     DepthEstimator,
     Detector,
+    PreparesInputs,
     RefineItem,
     ScoreItem,
     Segmenter,
@@ -205,6 +213,9 @@ class Perceived:
     requests: list[flow.StageRequests | None]
     answers: list[dict[str, Any]]
     failures: list[Failure | None]
+    prepared: dict[str, dict[int, Any]] = field(default_factory=dict)
+    """Stage -> image -> that stage's backend ``prepare`` of the image's request (or the ``Failure`` it raised),
+    made by ``Pipeline.plan`` for backends that prepare their inputs (``PreparesInputs``)."""
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -220,6 +231,30 @@ def _score(scorer: Any, items: list[ScoreItem]) -> list[NDArray[np.float32]]:
 
 def _disparity(depth: Any, images: list[Image]) -> list[NDArray[np.float32]]:
     return list(depth.disparity(images))
+
+
+def _run_prepared(backend: Any, prepared: list[Any]) -> list[Any]:
+    for p in prepared:
+        if isinstance(p, Failure):  # its ``prepare`` failed: this image's failure (``_batched`` finds it alone)
+            raise p
+    return list(backend.run_prepared(prepared))
+
+
+def _prepare(stage: str, backend: Any, request: Any) -> Any:
+    """``backend.prepare(request)``, or the ``Failure`` it raised (kept for the model's turn, so that an image's
+    failure stays the first stage's that failed for it)."""
+    try:
+        return backend.prepare(request)
+    except Exception as exc:
+        return _as_failure(stage, exc)
+
+
+_CALLS: Final[dict[str, Callable[[Any, list[Any]], Sequence[Any]]]] = {
+    "segmenter": _refine,
+    "attributes": _score,
+    "depth": _disparity,
+}
+_KEYS: Final = {"segmenter": "refined", "attributes": "scores", "depth": "disparity"}
 
 
 class Pipeline:
@@ -253,9 +288,19 @@ class Pipeline:
         self.answer(perceived)
         return perceived
 
-    def detect(self, prompts: Sequence[Prompt], images: Sequence[Image]) -> Perceived:
+    def prepare_image(self, image: Image) -> Any:
+        """The detector's preprocessing of one image (its ``prepare``), for ``detect(..., prepared=)``: None when
+        the detector does not prepare its inputs, the ``Failure`` when preparing raised. Calls no model: made
+        on the thread that decodes the image (a worker in ``negt2i evaluate``)."""
+        detector = self.stages.detector
+        return _prepare("detector", detector, image) if isinstance(detector, PreparesInputs) else None
+
+    def detect(
+        self, prompts: Sequence[Prompt], images: Sequence[Image], prepared: Sequence[Any] | None = None
+    ) -> Perceived:
         """The detector over the batch, each image asked for its prompt's classes (one call; a failing call is
-        retried image by image)."""
+        retried image by image). ``prepared``: ``prepare_image`` of each image, made before (the detector then
+        runs its model only); without it the detector's ordinary call prepares them."""
         if len(prompts) != len(images):
             raise ValueError(f"got {len(prompts)} prompts for {len(images)} images")
         batch = list(images)
@@ -263,19 +308,33 @@ class Pipeline:
         out = Perceived(list(prompts), batch, [None] * n, [None] * n, [{} for _ in batch], [None] * n)
         if not batch:
             return out
-        asked = [(image, flow.detector_request(p, self.config)) for image, p in zip(batch, out.prompts, strict=True)]
+        if prepared is not None and len(prepared) != n:
+            raise ValueError(f"got {len(prepared)} prepared inputs for {n} images")
+        ready = prepared is not None and all(p is not None for p in prepared)
+        asked = [
+            (image, flow.detector_request(p, self.config), prepared[i] if ready and prepared is not None else None)
+            for i, (image, p) in enumerate(zip(batch, out.prompts, strict=True))
+        ]
         detected = _batched("detector", self._detect, asked)
         out.detected = list(detected)
         return out
 
-    def _detect(self, items: list[tuple[Image, flow.DetectRequest]]) -> list[Detections]:
+    def _detect(self, items: list[tuple[Image, flow.DetectRequest, Any]]) -> list[Detections]:
         """The detector on images with their requests (one cap per call: one rule config)."""
-        cap = max((r.max_per_class for _, r in items), default=0)
-        return ask_detector(self.stages.detector, [im for im, _ in items], [r.classes for _, r in items], cap)
+        cap = max((r.max_per_class for _, r, _ in items), default=0)
+        ready = [p for _, _, p in items if p is not None]
+        for p in ready:
+            if isinstance(p, Failure):
+                raise p
+        images, classes = [im for im, _, _ in items], [r.classes for _, r, _ in items]
+        prepared = ready if ready and len(ready) == len(items) else None
+        return ask_detector(self.stages.detector, images, classes, cap, prepared=prepared)
 
     def plan(self, perceived: Perceived) -> None:
         """``flow.begin`` per image: the detector's answer checked against the contract, the other stages'
-        requests planned (or the image's failure). Calls no stage: safe on a worker thread."""
+        requests planned (or the image's failure); then, for backends that prepare their inputs, their
+        preprocessing of the planned requests (``Perceived.prepared``). Calls no model: safe on a worker
+        thread."""
         out = perceived
         for i, (prompt, image, det) in enumerate(zip(out.prompts, out.images, out.detected, strict=True)):
             try:
@@ -284,12 +343,18 @@ class Pipeline:
                 out.requests[i] = flow.begin(prompt, det, _hw(image), self.config, complete=self.complete)
             except Failure as exc:
                 out.failures[i] = exc
+        for stage, items in self._stage_items(out).items():
+            backend = getattr(self.stages, stage)
+            if isinstance(backend, PreparesInputs):
+                out.prepared[stage] = {
+                    i: _prepare(stage, backend, item) for i, item in items.items() if out.failures[i] is None
+                }
 
-    def answer(self, perceived: Perceived) -> None:
-        """The segmenter, the attribute scorer and the depth estimator, each called once for the images of
-        the batch that need it and have not failed yet (in that order, so an image's failure is the first
-        stage's that failed for it)."""
-        out, batch = perceived, perceived.images
+    @staticmethod
+    def _stage_items(out: Perceived) -> dict[str, dict[int, Any]]:
+        """Stage -> image -> its request to that stage (``RefineItem``, ``ScoreItem``, the image for depth),
+        for the images whose plan asks for it."""
+        batch = out.images
         refine: dict[int, RefineItem] = {}
         scores: dict[int, ScoreItem] = {}
         depth: dict[int, Image] = {}
@@ -303,12 +368,28 @@ class Pipeline:
                 scores[i] = (batch[i], a.masks, list(a.class_names), a.answers)
             if req.depth:
                 depth[i] = batch[i]
+        return {"segmenter": refine, "attributes": scores, "depth": depth}
+
+    def answer(self, perceived: Perceived) -> None:
+        """The segmenter, the attribute scorer and the depth estimator, each called once for the images of
+        the batch that need it and have not failed yet (in that order, so an image's failure is the first
+        stage's that failed for it); a backend whose inputs ``plan`` prepared runs its model on them only."""
+        out = perceived
         s = self.stages
-        together = isinstance(s.segmenter, BatchSegmenter)
-        self._ask("segmenter", s.segmenter, _refine, refine, key="refined", out=out, together=together)
-        together = isinstance(s.attributes, BatchAttributeScorer)
-        self._ask("attributes", s.attributes, _score, scores, key="scores", out=out, together=together)
-        self._ask("depth", s.depth, _disparity, depth, key="disparity", out=out, together=True)
+        together = {
+            "segmenter": isinstance(s.segmenter, BatchSegmenter),
+            "attributes": isinstance(s.attributes, BatchAttributeScorer),
+            "depth": True,
+        }
+        for stage, items in self._stage_items(out).items():
+            backend = getattr(s, stage)
+            ready = out.prepared.get(stage)
+            if ready is not None and all(i in ready for i in items if out.failures[i] is None):
+                self._ask(stage, backend, _run_prepared, ready, key=_KEYS[stage], out=out, together=True,
+                          only=items)  # fmt: skip
+            else:
+                call = _CALLS[stage]
+                self._ask(stage, backend, call, items, key=_KEYS[stage], out=out, together=together[stage])
 
     @staticmethod
     def _ask(
@@ -320,11 +401,12 @@ class Pipeline:
         key: str,
         out: Perceived,
         together: bool,
+        only: Mapping[int, Any] | None = None,
     ) -> None:
-        """Ask ``stage`` for the ``items`` of the images that have not failed, in one call when ``together``
-        (else one call per image); each image's answer goes to ``out.answers[i][key]``, a failing call is that
-        image's failure (``_batched``)."""
-        todo = [i for i in items if out.failures[i] is None]
+        """Ask ``stage`` for the ``items`` of the images that have not failed (of those in ``only``, when
+        given), in one call when ``together`` (else one call per image); each image's answer goes to
+        ``out.answers[i][key]``, a failing call is that image's failure (``_batched``)."""
+        todo = [i for i in (items if only is None else only) if out.failures[i] is None]
         if not todo:
             return
         if obj is None:

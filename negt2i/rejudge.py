@@ -221,7 +221,8 @@ def load_saved(results: Sequence[str | Path], perception: Sequence[str | Path] |
 
 
 def check_config(run: SavedRun, config: RuleConfig) -> None:
-    """Refuse a config that needs detections the saved run never kept (a lower floor, a larger cap)."""
+    """Refuse a config that needs detections the saved run never kept (a lower floor, a larger cap), or attribute
+    scores it never computed (another text template set)."""
     saved = run.config.get("detection") or {}
     floor, cap = saved.get("prediction_floor"), saved.get("per_class_cap")
     det = config.detection
@@ -232,3 +233,9 @@ def check_config(run: SavedRun, config: RuleConfig) -> None:
         )
     if cap is not None and det.per_class_cap > int(cap):
         raise RejudgeError(f"rules {config.name!r}: per-class cap {det.per_class_cap} exceeds the saved run's {cap}")
+    saved_templates = (run.config.get("attributes") or {}).get("text_templates", "single")  # absent: the default
+    if config.attributes.text_templates != saved_templates:
+        raise RejudgeError(
+            f"rules {config.name!r}: text templates {config.attributes.text_templates!r} differ from the saved run's "
+            f"{saved_templates!r} (its attribute scores were computed with those; evaluate again instead)"
+        )

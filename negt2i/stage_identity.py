@@ -8,8 +8,9 @@ What is checked, for a stage of kind ``stage`` under the run's rule config:
 
 - ``model.stage`` names ``stage`` and ``model.model`` is set;
 - ``model.rules``: every constant the stage states must be one the stage applies
-  (``negt2i.config.STAGE_RULES``) and equal the config's value; a stated value that differs is always
-  refused;
+  (``negt2i.config.STAGE_RULES``, ``OPTIONAL_STAGE_RULES``) and equal the config's value; a stated value
+  that differs is always refused. An optional constant (added later: the attributes stage's text template
+  set) left unstated means its default, so a config off that default refuses a stage that does not state it;
 - a detector's ``model.operating_point``: its ``prediction_floor`` must be the config's
   ``detection.prediction_floor``.
 
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from negt2i.config import STAGE_RULES, RuleConfig, stage_rules
+from negt2i.config import OPTIONAL_STAGE_RULES, STAGE_RULES, RuleConfig, stage_rules, stated_stage_rules
 from negt2i.stage_types import ModelInfo
 
 STRICT_ENV: Final = "NEGT2I_STRICT_STAGES"
@@ -68,17 +69,21 @@ def check_model_info(stage: str, info: ModelInfo, config: RuleConfig, *, strict:
     if not info.model:
         return StageCheck("its model info names no model (ModelInfo.model)")
     want = stage_rules(config, stage)
-    got = {k: float(v) for k, v in info.rules.items()}
-    extra = sorted(set(got) - set(STAGE_RULES[stage]))
+    applies = (*STAGE_RULES[stage], *OPTIONAL_STAGE_RULES[stage])
+    extra = sorted(set(info.rules) - set(applies))
     if extra:
         return StageCheck(f"it states rule constants {extra} that a {stage} does not apply (a {stage} applies "
-                          f"{list(STAGE_RULES[stage]) or 'none'})")  # fmt: skip
-    differ = {k: v for k, v in got.items() if v != want[k]}
+                          f"{list(applies) or 'none'})")  # fmt: skip
+    # an optional constant (added later, OPTIONAL_STAGE_RULES) is stated only off its default: unstated = default
+    got = stated_stage_rules(stage, dict(info.rules))
+    optional = set(OPTIONAL_STAGE_RULES[stage])
+    differ = {k: v for k, v in got.items() if v != want.get(k)}
+    differ |= {k: v for k, v in want.items() if k in optional and k not in got}
     if differ:
         return StageCheck(f"it applies rule constants {_fmt(got)}, this run's rules ({config.name}) say {_fmt(want)}: "
                           "give the stage the same rules (NEGT2I_RULES)")  # fmt: skip
     warnings: list[str] = []
-    missing = {k: v for k, v in want.items() if k not in got}
+    missing = {k: v for k, v in want.items() if k not in got and k not in optional}
     if missing:
         what = "no rule constants" if not got else f"no value for {sorted(missing)}"
         if strict:

@@ -307,3 +307,117 @@ def test_a_failing_image_inside_a_batched_call_fails_alone(stage):
     assert asked[0] == n and asked[1:] == [1] * n  # the whole batch failed, then one call per image
     other = batched.attributes if stage == "segmenter" else batched.segmenter
     assert len(other.batches) == 1  # the other stage's batch is unaffected
+
+
+class Preparing:
+    """A backend that prepares its inputs (``PreparesInputs``) around a synthetic one: ``prepare`` checks the
+    request and records its thread (failing on a ``POISON`` image), ``run_prepared`` records its thread and
+    answers with the synthetic backend's ordinary method. Its own ordinary method is ``run_prepared`` of
+    ``prepare``, as the protocol asks."""
+
+    def __init__(self, inner, method, *, poison=False):
+        self.inner, self.method, self.poison = inner, method, poison
+        self.info = inner.info
+        self.prepared_on: list[str] = []
+        self.run_on: list[str] = []
+        if method in {"detect", "disparity"}:
+            setattr(self, method, lambda images, **kw: self.run_prepared([self.prepare(im) for im in images], **kw))
+        else:
+            setattr(self, method, lambda *request: self.run_prepared([self.prepare(request)])[0])
+
+    def prepare(self, request):
+        import threading
+
+        self.prepared_on.append(threading.current_thread().name)
+        image = request if self.method in {"detect", "disparity"} else request[0]
+        if self.poison and _poisoned(image):
+            raise RuntimeError("poisoned image")
+        return ("prepared", request)
+
+    def run_prepared(self, prepared, **options):
+        import threading
+
+        self.run_on.append(threading.current_thread().name)
+        assert all(tag == "prepared" for tag, _ in prepared)
+        requests = [r for _, r in prepared]
+        if self.method in {"detect", "disparity"}:
+            return list(getattr(self.inner, self.method)(requests, **options))
+        return [getattr(self.inner, self.method)(*r) for r in requests]
+
+
+def _preparing(poison=()):
+    return Stages(
+        Preparing(SyntheticDetector(), "detect", poison="detector" in poison),
+        Preparing(SyntheticSegmenter(), "refine", poison="segmenter" in poison),
+        Preparing(SyntheticAttributeScorer(), "score", poison="attributes" in poison),
+        Preparing(SyntheticDepthEstimator(), "disparity", poison="depth" in poison),
+    )
+
+
+def test_backends_that_prepare_their_inputs_have_it_done_on_the_worker_side():
+    """The detector's preprocessing where the image is prepared (``prepare_image``), the other stages' in
+    ``plan``, both on a worker thread; the thread that runs the models calls ``run_prepared`` only, once per
+    stage for the batch; verdicts as with the ordinary per-image calls."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from negt2i.stages.base import PreparesInputs
+
+    prompts, images = _all_category_batch()
+    expected = _json(Pipeline(_stages()).run(prompts, images))
+    stages = _preparing()
+    assert all(isinstance(getattr(stages, s), PreparesInputs) for s in ("detector", "segmenter", "attributes", "depth"))
+    pipeline = Pipeline(stages)
+    with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool:
+        prepared = list(pool.map(pipeline.prepare_image, images))
+        perceived = pipeline.detect(prompts, images, prepared)
+        pool.submit(pipeline.plan, perceived).result()
+        pipeline.answer(perceived)
+        results = list(pool.map(lambda i: pipeline.judge(perceived, i), range(len(prompts))))
+    assert _json(results) == expected
+    objs = [stages.detector, stages.segmenter, stages.attributes, stages.depth]
+    assert [len(o.prepared_on) for o in objs] == [len(images), 12, 4, 3]
+    assert all(name.startswith("worker") for o in objs for name in o.prepared_on)
+    assert [o.run_on for o in objs] == [["MainThread"]] * 4
+    # without prepared inputs (e.g. Pipeline.run): prepared in the call, same verdicts
+    assert _json(Pipeline(_preparing()).run(prompts, images)) == expected
+
+
+@pytest.mark.parametrize("stage", ["detector", "segmenter", "attributes", "depth"])
+def test_a_failing_prepare_fails_its_image_alone(stage):
+    prompts, images = _all_category_batch()
+    needs = {
+        "detector": list(range(len(prompts))),
+        "segmenter": [i for i, p in enumerate(prompts) if p.category.value not in {"color", "material"}],
+        "attributes": [i for i, p in enumerate(prompts) if p.category.value in {"color", "material"}],
+        "depth": [i for i, p in enumerate(prompts) if p.category.value == "depth"],
+    }[stage]
+    bad = needs[1]
+    images = [_poison(im) if i == bad else im for i, im in enumerate(images)]
+    expected = _json(Pipeline(_stages()).run(prompts, images))
+    pipeline = Pipeline(_preparing(poison={stage}))
+    perceived = pipeline.detect(prompts, images, [pipeline.prepare_image(im) for im in images])
+    pipeline.plan(perceived)
+    pipeline.answer(perceived)
+    results = [pipeline.judge(perceived, i) for i in range(len(prompts))]
+    assert [r.ok for r in results] == [i != bad for i in range(len(prompts))]
+    assert results[bad].error == f"{stage}: RuntimeError: poisoned image"
+    assert [v for i, v in enumerate(_json(results)) if i != bad] == [v for i, v in enumerate(expected) if i != bad]
+
+
+def test_evaluate_prepares_on_worker_threads_with_the_same_results_file(tmp_path):
+    from negt2i.evaluate import evaluate
+    from negt2i.run.jobs import discover
+    from negt2i.stages.demo_data import write_demo
+
+    write_demo(tmp_path / "images", prompts=8, samples=2, seed=1, size=96)
+    jobs = discover(tmp_path / "images")
+    evaluate(jobs, tmp_path / "plain.jsonl", Stages.create(dict.fromkeys(("detector", "segmenter", "attributes",
+             "depth"), "synthetic")), batch_size=4, workers=0, progress=False)  # fmt: skip
+    stages = _preparing()
+    evaluate(jobs, tmp_path / "prepared.jsonl", stages, batch_size=4, workers=2, progress=False)
+    ours = (tmp_path / "prepared.jsonl").read_bytes()
+    assert ours == (tmp_path / "plain.jsonl").read_bytes() and len(ours.splitlines()) == len(jobs)
+    objs = [stages.detector, stages.segmenter, stages.attributes, stages.depth]
+    assert all(o.prepared_on for o in objs)
+    assert all(name.startswith("negt2i-worker") for o in objs for name in o.prepared_on)
+    assert all(name == "MainThread" for o in objs for name in o.run_on)

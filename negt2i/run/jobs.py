@@ -29,6 +29,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from negt2i.failures import Failure, FailureKind
 from negt2i.files import open_regular, read_regular
@@ -252,10 +253,13 @@ class Loaded:
     data: bytes = b""
     pixels: Image | None = None
     error: Failure | None = None
+    prepared: Any = None
+    """The detector's preprocessing of the pixels (``negt2i.pipeline.Pipeline.prepare_image``), when asked for."""
 
 
-def read_job(job: Job, *, decode: bool = True) -> Loaded:
-    """Read ``job``'s file once: hash the bytes and decode them with the one decoder (``negt2i.images``)."""
+def read_job(job: Job, *, decode: bool = True, prepare: Callable[[Image], Any] | None = None) -> Loaded:
+    """Read ``job``'s file once: hash the bytes and decode them with the one decoder (``negt2i.images``);
+    ``prepare`` (``Pipeline.prepare_image``) is applied to the pixels, on the same thread."""
     try:
         data = read_regular(job.path)  # a FIFO, socket or device is an error line, never opened
     except OSError as exc:
@@ -270,4 +274,4 @@ def read_job(job: Job, *, decode: bool = True) -> Loaded:
         pixels = decode_image(data) if decode else None
     except ImageError as exc:
         return Loaded(digest, error=Failure(FailureKind.UNREADABLE_IMAGE, f"{job.filename}: {exc}"))
-    return Loaded(digest, data, pixels)
+    return Loaded(digest, data, pixels, prepared=None if prepare is None or pixels is None else prepare(pixels))

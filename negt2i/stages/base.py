@@ -11,6 +11,12 @@ in one forward pass) also implements ``refine_batch`` / ``score_batch``
 ``score_batch`` below, which fall back to one call per image for backends without them,
 so a backend implementing only the per-image method keeps working.
 
+A backend may also split its own input preprocessing (image transforms, crops) from its model call
+(``PreparesInputs``): ``prepare`` one request on any thread, ``run_prepared`` many prepared requests on
+the thread that runs the model. Its ordinary methods stay ``run_prepared`` of ``prepare``, so both give
+the same tensors; the pipelined in-process path (``negt2i.pipeline``) and the stage services
+(``negt2i.wire.stage_handlers``) call ``prepare`` on worker threads.
+
 ``Image``, ``ModelInfo``, ``OperatingPoint`` and ``applied`` live in the core (``negt2i.stage_types``)
 and are re-exported here for backends that import them from this module.
 """
@@ -18,7 +24,7 @@ and are re-exported here for backends that import them from this module.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -35,6 +41,7 @@ __all__ = [  # the core's stage types are re-exported: plug-in backends import t
     "Image",
     "ModelInfo",
     "OperatingPoint",
+    "PreparesInputs",
     "RefineItem",
     "ScoreItem",
     "Segmenter",
@@ -131,3 +138,24 @@ def score_batch(scorer: AttributeScorer, items: Sequence[ScoreItem]) -> list[NDA
     if isinstance(scorer, BatchAttributeScorer):
         return list(scorer.score_batch(items))
     return [scorer.score(image, masks, names, answers) for image, masks, names, answers in items]
+
+
+@runtime_checkable
+class PreparesInputs(Protocol):
+    """A backend whose own preprocessing can run apart from its model call, on another thread.
+
+    The request ``prepare`` takes is the stage's per-image request: the image (detector, depth estimator), a
+    ``RefineItem`` (segmenter) or a ``ScoreItem`` (attribute scorer); it checks it (raising as the ordinary
+    method would) and returns the model's inputs for it. ``prepare`` must be safe to call from several
+    threads at once while the model runs. ``run_prepared`` takes prepared requests (the detector also
+    ``classes=`` and ``max_per_class=`` as in ``detect``) and returns one answer per request, exactly what the
+    ordinary method returns for the same requests (which is ``run_prepared`` of ``prepare``).
+    """
+
+    def prepare(self, request: Any) -> Any:
+        """The model's inputs for one request (CPU work; no model call)."""
+        ...
+
+    def run_prepared(self, prepared: Sequence[Any], /, **options: Any) -> list[Any]:
+        """One answer per prepared request, in order."""
+        ...

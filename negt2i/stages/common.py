@@ -125,26 +125,42 @@ def accepts_classes(detector: Any) -> bool:
 
 
 def ask_detector(
-    detector: Any, images: Sequence[NDArray[np.uint8]], classes: ClassLists | None, max_per_class: int = 0
+    detector: Any,
+    images: Sequence[NDArray[np.uint8]],
+    classes: ClassLists | None,
+    max_per_class: int = 0,
+    *,
+    prepared: Sequence[Any] | None = None,
 ) -> list[Any]:
     """``detector.detect`` asked for ``classes`` (per image) and ``max_per_class`` when it takes the keywords
     (``accepts_classes``), else called with the images alone. What it returns is not filtered here: the
-    caller's ``negt2i.flow.begin`` checks the whole answer and applies the filter."""
+    caller's ``negt2i.flow.begin`` checks the whole answer and applies the filter. With ``prepared`` (the
+    detector's ``prepare`` of each image, ``negt2i.stages.base.PreparesInputs``) its ``run_prepared`` is
+    called instead, with the class filter."""
     per_image: list[Collection[str] | None] = list(classes) if classes is not None else [None] * len(images)
     if len(per_image) != len(images):
         raise ValueError(f"{len(per_image)} class lists for {len(images)} images")
+    if prepared is not None:
+        if len(prepared) != len(images):
+            raise ValueError(f"{len(prepared)} prepared inputs for {len(images)} images")
+        return list(detector.run_prepared(prepared, classes=per_image, max_per_class=max_per_class))
     if (any(per_image) or max_per_class > 0) and accepts_classes(detector):
         return list(detector.detect(images, classes=per_image, max_per_class=max_per_class))
     return list(detector.detect(images))
 
 
 def detect_requested(
-    detector: Any, images: Sequence[NDArray[np.uint8]], classes: ClassLists | None, max_per_class: int = 0
+    detector: Any,
+    images: Sequence[NDArray[np.uint8]],
+    classes: ClassLists | None,
+    max_per_class: int = 0,
+    *,
+    prepared: Sequence[Any] | None = None,
 ) -> list[Detections]:
     """A detector that honours the class filter whatever its backend does (the detector service's answer to
     a ``DetectItem`` with ``classes``): ``ask_detector``, then ``filter_detections`` applied to what the
     backend returned (a no-op for a backend that honoured it)."""
-    found = ask_detector(detector, images, classes, max_per_class)
+    found = ask_detector(detector, images, classes, max_per_class, prepared=prepared)
     per_image = list(classes) if classes is not None else [None] * len(images)
     if len(found) != len(images):
         return found  # the caller's contract check names what is wrong

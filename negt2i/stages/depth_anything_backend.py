@@ -9,6 +9,7 @@ interpolation (``align_corners=False``, as the processor's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,6 +33,14 @@ def resize_disparity(predicted: Any, shape_hw: tuple[int, int]) -> NDArray[np.fl
     with torch.inference_mode():
         resized = F.interpolate(predicted.float()[:, None], size=shape_hw, mode="bicubic", align_corners=False)
     return np.ascontiguousarray(resized[:, 0].cpu().numpy(), dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """One image prepared for the model: its size and the image processor's tensors (batch of one)."""
+
+    shape_hw: tuple[int, int]
+    inputs: dict[str, Any]
 
 
 class DepthAnythingEstimator:
@@ -75,17 +84,31 @@ class DepthAnythingEstimator:
 
     def disparity(self, images: Sequence[Image]) -> list[NDArray[np.float32]]:
         """One (H, W) disparity map per image, at the image's size."""
+        return self.run_prepared([self.prepare(im) for im in images])
+
+    def prepare(self, request: Image) -> PreparedImage:
+        """The image checked and through the model's image processor (resize to a multiple of 14 near 518 px,
+        normalisation), on the calling thread (``negt2i.stages.base.PreparesInputs``)."""
+        hw = check_image(request)
+        inputs = self.processor(images=[request], return_tensors="pt")
+        return PreparedImage(hw, dict(inputs.items()))
+
+    def run_prepared(self, prepared: Sequence[PreparedImage], /, **_: Any) -> list[NDArray[np.float32]]:
+        """One disparity map per prepared image; images of equal size go through the model together,
+        ``batch_size`` at a time."""
+        import torch
+
         from negt2i.stages._torch import precision
 
-        shapes = [check_image(im) for im in images]
-        out: list[NDArray[np.float32] | None] = [None] * len(images)
+        out: list[NDArray[np.float32] | None] = [None] * len(prepared)
         groups: dict[tuple[int, int], list[int]] = {}
-        for i, hw in enumerate(shapes):
-            groups.setdefault(hw, []).append(i)
+        for i, p in enumerate(prepared):
+            groups.setdefault(p.shape_hw, []).append(i)
         for hw, members in groups.items():
             for start in range(0, len(members), self.batch_size):
                 idx = members[start : start + self.batch_size]
-                inputs = self.processor(images=[images[i] for i in idx], return_tensors="pt").to(self.device)
+                names = prepared[idx[0]].inputs
+                inputs = {k: torch.cat([prepared[i].inputs[k] for i in idx]).to(self.device) for k in names}
                 with precision(self.device, self.dtype):
                     predicted = self.model(**inputs).predicted_depth
                 for i, disp in zip(idx, resize_disparity(predicted, hw), strict=True):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -148,6 +149,14 @@ class _FilteredPostProcess:
         return results
 
 
+@dataclass(frozen=True)
+class PreparedImage:
+    """One image prepared for RF-DETR: its size and the normalised (3, S, S) tensor on the model's device."""
+
+    shape_hw: tuple[int, int]
+    pixels: Any
+
+
 class RFDETRDetector:
     """Wraps an ``rfdetr`` segmentation model (``RFDETRSegXLarge`` for the paper)."""
 
@@ -223,37 +232,100 @@ class RFDETRDetector:
         """One ``Detections`` per image: every detection scoring at least the floor, benchmark spelling;
         with ``classes`` (per image; None / empty: every class) or ``max_per_class`` > 0, only those
         (see the module docstring)."""
+        return self.run_prepared([self.prepare(im) for im in images], classes, max_per_class=max_per_class)
+
+    def _resize_to(self) -> list[int]:
+        res = self.model.model.resolution
+        return list(self.shape) if self.shape is not None else [res, res]
+
+    def prepare(self, request: Image) -> PreparedImage:
+        """The image checked and through RF-DETR's own ``predict`` transform, on the calling thread
+        (``negt2i.stages.base.PreparesInputs``): the uint8 pixels to the model's device, widened to [0, 1],
+        resized (bilinear, no antialias) to the inference resolution and normalised, exactly as
+        ``RFDETR.predict`` does per image."""
+        import torch
+        import torchvision.transforms.functional as TF  # type: ignore[import-untyped]
+        from rfdetr.detr import _uint8_chw_to_float, _uint8_image_to_chw_view
+
         from negt2i.stages._torch import precision
 
-        if not images:
+        hw = check_image(request)
+        rf = self.model
+        device = rf.model.device
+        with precision(device, self.dtype):  # the context ``predict`` ran in
+            chw = _uint8_image_to_chw_view(np.ascontiguousarray(request)).to(device)
+            pixels = _uint8_chw_to_float(chw, torch.tensor(255, device=device, dtype=torch.get_default_dtype()))
+            pixels = TF.normalize(TF.resize(pixels, self._resize_to(), antialias=False), rf.means, rf.stds)
+        return PreparedImage(hw, pixels)
+
+    def run_prepared(
+        self, prepared: Sequence[PreparedImage], classes: ClassLists | None = None, *, max_per_class: int = 0
+    ) -> list[Detections]:
+        """``detect`` on prepared images: the rest of ``RFDETR.predict`` (the forward pass of the optimised or
+        training graph, the post-processing with the class filter, the rows above the floor)."""
+        import torch
+
+        from negt2i.stages._torch import precision
+
+        if not prepared:
             return []
-        shapes = [check_image(im) for im in images]
-        wanted = list(classes) if classes is not None else [None] * len(images)
-        if len(wanted) != len(images):
-            raise ValueError(f"{len(wanted)} class lists for {len(images)} images")
-        kwargs: dict[str, Any] = {"threshold": self.floor, "include_source_image": False}
-        if self.shape is not None:
-            kwargs["shape"] = self.shape
+        wanted = list(classes) if classes is not None else [None] * len(prepared)
+        if len(wanted) != len(prepared):
+            raise ValueError(f"{len(wanted)} class lists for {len(prepared)} images")
         filtered = any(wanted) or max_per_class > 0
+        rf = self.model
+        ctx = rf.model
         with self._lock:
             self._post.request = [(w, max_per_class) for w in wanted] if filtered else None
             self._post.counts = []
             try:
-                with precision(self.model.model.device, self.dtype):
-                    preds = self.model.predict([np.ascontiguousarray(im) for im in images], **kwargs)
+                with precision(ctx.device, self.dtype):
+                    results = self._forward(torch.stack([p.pixels for p in prepared]), [p.shape_hw for p in prepared])
                 counts = list(self._post.counts)
-                if len(counts) != len(images):  # the hook did not run: unfiltered rows, the caller filters them
-                    counts = [{} for _ in images]
+                if len(counts) != len(prepared):  # the hook did not run: unfiltered rows, the caller filters them
+                    counts = [{} for _ in prepared]
             finally:
                 self._post.request = None
-        if not isinstance(preds, list):
-            preds = [preds]
-        return [
-            to_detections(
-                p.class_id, p.confidence, p.xyxy, p.mask, hw, names=self.names, floor=self.floor, class_counts=c
+        out = []
+        for result, p, c in zip(results, prepared, counts, strict=True):
+            keep = (result["scores"] > self.floor).nonzero(as_tuple=True)[0]  # predict's own threshold
+            masks = result.get("masks")
+            out.append(
+                to_detections(
+                    result["labels"][keep].cpu().numpy(),
+                    result["scores"][keep].float().cpu().numpy(),
+                    result["boxes"][keep].float().cpu().numpy(),
+                    None if masks is None else masks[keep].squeeze(1).cpu().numpy(),
+                    p.shape_hw,
+                    names=self.names,
+                    floor=self.floor,
+                    class_counts=c,
+                )
             )
-            for p, hw, c in zip(preds, shapes, counts, strict=True)
-        ]
+        return out
+
+    def _forward(self, batch: Any, sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
+        """``RFDETR.predict``'s model call and post-processing on a batch it would have built."""
+        import torch
+
+        rf = self.model
+        ctx = rf.model
+        rf._ensure_eval_mode_for_unoptimized_inference()
+        if rf._is_optimized_for_inference:
+            if batch.shape[2] != rf._optimized_resolution or batch.shape[3] != rf._optimized_resolution:
+                raise ValueError(
+                    f"RF-DETR was optimised for {rf._optimized_resolution} px, got {tuple(batch.shape[2:])}"
+                )
+            predictions = ctx.inference_model(batch.to(dtype=rf._optimized_dtype))
+        else:
+            predictions = ctx.model(batch)
+        if isinstance(predictions, tuple):
+            named = {"pred_logits": predictions[1], "pred_boxes": predictions[0]}
+            if len(predictions) == 3:
+                named["pred_masks"] = predictions[2]
+            predictions = named
+        target_sizes = torch.tensor(sizes, device=ctx.device)
+        return list(ctx.postprocess(predictions, target_sizes=target_sizes, score_threshold=self.floor))
 
 
 register("detector", BACKEND, RFDETRDetector.from_weights, model=MODEL, weights=BACKEND)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -20,6 +21,7 @@ from numpy.typing import NDArray
 
 from negt2i.config import CURRENT, RuleConfig
 from negt2i.stage_types import Image, ModelInfo, applied
+from negt2i.stages.base import RefineItem
 from negt2i.stages.common import check_boxes, check_image, chunks, refine_with_candidates
 from negt2i.stages.registry import register
 
@@ -47,6 +49,17 @@ def make_predictor(model: Any) -> Any:
     s = int(model.image_size)
     predictor._bb_feat_sizes = [(s // 4, s // 4), (s // 8, s // 8), (s // 16, s // 16)]
     return predictor
+
+
+@dataclass(frozen=True)
+class PreparedBoxes:
+    """One segmenter request prepared for the model: the image's size, its checked boxes and reference masks,
+    and the transformed image (3, S, S) (None without boxes)."""
+
+    shape_hw: tuple[int, int]
+    boxes: NDArray[np.float32]
+    reference_masks: NDArray[np.bool_]
+    pixels: Any
 
 
 class SAM2Segmenter:
@@ -116,37 +129,75 @@ class SAM2Segmenter:
         """Refined masks (K, H, W); see the module docstring."""
         return self.refine_batch([(image, boxes, reference_masks)])[0]
 
-    def refine_batch(
-        self, items: Sequence[tuple[Image, NDArray[np.float32], NDArray[np.bool_]]]
-    ) -> list[NDArray[np.bool_]]:
+    def refine_batch(self, items: Sequence[RefineItem]) -> list[NDArray[np.bool_]]:
         """``refine`` for many images: the images with boxes are encoded ``image_batch_size`` at a time in one
-        backbone call (``set_image_batch``), then each image's boxes are prompted in chunks as in ``refine``.
-        Same output as ``refine`` per image."""
+        backbone call, then each image's boxes are prompted in chunks as in ``refine``. Same output as
+        ``refine`` per image."""
+        return self.run_prepared([self.prepare(item) for item in items])
+
+    def prepare(self, request: RefineItem) -> PreparedBoxes:
+        """The request checked and its image through SAM 2's transform (``SAM2Transforms``: tensor, resize to
+        the model's input size, normalisation), on the calling thread (``negt2i.stages.base.PreparesInputs``);
+        no transform for an image without boxes (nothing to refine)."""
+        image, boxes, refs = request
+        hw = check_image(image)
+        b = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
+        r = np.asarray(refs, dtype=bool)
+        check_boxes(b, r, hw)
+        pixels = None
+        if b.shape[0]:
+            from negt2i.stages._torch import precision
+
+            t = self.predictor._transforms
+            with precision(self.predictor.device, self.dtype):  # the context set_image_batch transforms in
+                pixels = t.transforms(t.to_tensor(np.ascontiguousarray(image)))
+        return PreparedBoxes(hw, b, r, pixels)
+
+    def run_prepared(self, prepared: Sequence[PreparedBoxes], /, **_: Any) -> list[NDArray[np.bool_]]:
+        """Refined masks per prepared request: the transformed images encoded ``image_batch_size`` at a time
+        (as ``SAM2ImagePredictor.set_image_batch`` does with them), each image's boxes prompted in chunks."""
         from negt2i.stages._torch import precision
 
-        checked: list[tuple[tuple[int, int], NDArray[np.float32], NDArray[np.bool_]]] = []
-        for image, boxes, refs in items:
-            hw = check_image(image)
-            b = np.asarray(boxes, dtype=np.float32).reshape(-1, 4)
-            r = np.asarray(refs, dtype=bool)
-            check_boxes(b, r, hw)
-            checked.append((hw, b, r))
-        out: list[NDArray[np.bool_]] = [np.zeros((0, *hw), dtype=bool) for hw, _, _ in checked]
-        todo = [i for i, (_, b, _) in enumerate(checked) if b.shape[0]]
+        out: list[NDArray[np.bool_]] = [np.zeros((0, *p.shape_hw), dtype=bool) for p in prepared]
+        todo = [i for i, p in enumerate(prepared) if p.pixels is not None]
         with self._lock:
             for part in chunks(len(todo), self.image_batch_size):
                 group = todo[part]
                 with precision(self.predictor.device, self.dtype):
-                    self.predictor.set_image_batch([np.ascontiguousarray(items[i][0]) for i in group])
+                    self._encode([prepared[i] for i in group])
                 try:
                     for j, i in enumerate(group):
-                        hw, b, r = checked[i]
+                        p = prepared[i]
                         out[i] = refine_with_candidates(
-                            hw, b, r, partial(self.candidates, shape_hw=hw, img_idx=j), self.config
-                        )
+                            p.shape_hw, p.boxes, p.reference_masks,
+                            partial(self.candidates, shape_hw=p.shape_hw, img_idx=j), self.config,
+                        )  # fmt: skip
                 finally:
                     self.predictor.reset_predictor()
         return out
+
+    def _encode(self, prepared: Sequence[PreparedBoxes]) -> None:
+        """``SAM2ImagePredictor.set_image_batch`` on images already through its transform: the image encoder
+        over the batch, the features kept on the predictor for ``candidates``."""
+        import torch
+
+        p = self.predictor
+        p.reset_predictor()
+        p._orig_hw = [x.shape_hw for x in prepared]
+        img_batch = torch.stack([x.pixels for x in prepared], dim=0).to(p.device)
+        model = p.model
+        backbone_out = model.forward_image(img_batch)
+        _, vision_feats, _, _ = model._prepare_backbone_features(backbone_out)
+        if model.directly_add_no_mem_embed:  # as set_image_batch: no_mem_embed on the lowest-resolution map
+            vision_feats[-1] = vision_feats[-1] + model.no_mem_embed
+        n = img_batch.shape[0]
+        feats = [
+            feat.permute(1, 2, 0).view(n, -1, *size)
+            for feat, size in zip(vision_feats[::-1], p._bb_feat_sizes[::-1], strict=True)
+        ][::-1]
+        p._features = {"image_embed": feats[-1], "high_res_feats": feats[:-1]}
+        p._is_image_set = True
+        p._is_batch = True
 
 
 register("segmenter", BACKEND, SAM2Segmenter.from_weights, model=MODEL, weights=BACKEND)

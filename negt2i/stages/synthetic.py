@@ -377,8 +377,8 @@ def reference_colors(answers: Sequence[str]) -> NDArray[np.float64]:
 class SyntheticAttributeScorer:
     """Scores the mean swatch colour inside each mask against the answers' reference colours."""
 
-    def __init__(self, **_: Any) -> None:
-        self.info = _info("attributes")
+    def __init__(self, *, config: RuleConfig = CURRENT, **_: Any) -> None:
+        self.info = applied(_info("attributes"), config)  # a template set states as applied: it reads no text
 
     def score(
         self,

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from negt2i.config import RuleConfig
+from negt2i.config import ADDED_DEFAULTS, RuleConfig
 
 SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR: Final = "negt2i/v1/schemas"
@@ -246,6 +246,10 @@ def _schema(model: type[BaseModel], name: str, title: str, description: str) -> 
                 props[k]["anyOf"] = [a for a in props[k]["anyOf"] if a != {"type": "null"}]
                 if len(props[k]["anyOf"]) == 1:
                     props[k].update(props[k].pop("anyOf")[0])
+        for path in ADDED_DEFAULTS:  # added later: left out of the record at its default (RuleConfig.values)
+            group, key = path.split(".")
+            node = body["$defs"][RuleConfig.model_fields[group].annotation.__name__]  # type: ignore[union-attr]
+            node["required"] = [k for k in node.get("required", []) if k != key]
     body.pop("title", None)
     body.pop("description", None)
     return {"$schema": SCHEMA_DIALECT, "$id": f"{SCHEMA_DIR}/{name}", "title": title, "description": description,

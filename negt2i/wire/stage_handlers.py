@@ -6,7 +6,10 @@ merges concurrent requests, readiness, metrics), the handler owns the contract
 (``docs/stage-contract.md``) in three steps:
 
 1. ``prepare``: parse each item (the proto3 JSON mapping, or a binary message
-   checked for unknown fields), check its limits, decode its image and masks;
+   checked for unknown fields), check its limits, decode its image and masks,
+   and, for a backend that prepares its own inputs (``PreparesInputs``: the
+   image transforms, SigLIP's crops), that preprocessing too: a service runs
+   this step on a worker thread, so its model thread only runs the model;
 2. ``run``: one backend call for the model inputs of many items, from any
    number of requests (detector ``detect``, segmenter ``refine_batch``,
    attribute scorer ``score_batch``, depth ``disparity``: each batched across
@@ -32,6 +35,7 @@ from google.protobuf.message import Message
 
 from negt2i.stage_types import STAGES, Image, ModelInfo
 from negt2i.stages._torch import parse_dtypes
+from negt2i.stages.base import PreparesInputs
 from negt2i.stages.common import detect_requested
 from negt2i.stages.registry import DEFAULT_BACKENDS, create
 from negt2i.vocab import COCO_CLASSES
@@ -123,6 +127,30 @@ class Prepared:
     msg: Message | None
     input: Any = None
     failure: Message | None = None
+
+
+@dataclass(frozen=True)
+class Ready:
+    """An item's model input with the backend's own preprocessing of it (``PreparesInputs.prepare``), made by
+    ``StageHandler.prepare`` on the request's worker thread, so that the model thread only runs the model."""
+
+    value: Any
+    prepared: Any
+
+
+def _unready(batch: Sequence[Any]) -> tuple[list[Any], list[Any] | None]:
+    """The items' model inputs, and their prepared forms when every item has one (else None)."""
+    values = [x.value if isinstance(x, Ready) else x for x in batch]
+    ready = [x.prepared for x in batch if isinstance(x, Ready)]
+    return values, ready if batch and len(ready) == len(batch) else None
+
+
+_BACKEND_REQUEST: Final[dict[str, Callable[[Any], Any]]] = {
+    "detector": lambda item: item[0],  # (image, classes, cap): the image
+    "segmenter": lambda item: item,  # a RefineItem
+    "attributes": lambda item: item,  # a ScoreItem
+    "depth": lambda item: item,  # the image
+}
 
 
 FEATURES: Final[dict[str, tuple[str, ...]]] = {
@@ -234,7 +262,10 @@ class StageHandler:
                     adapter.check_known_fields(msg, field=f"items[{i}]")
                 else:
                     msg = adapter.from_json(raw, self.spec.item, field=f"items[{i}]")
-                out.append(Prepared(msg, self._prepare_one(msg)))
+                value = self._prepare_one(msg)
+                if isinstance(self.backend, PreparesInputs):  # its own preprocessing too, off the model thread
+                    value = Ready(value, self.backend.prepare(_BACKEND_REQUEST[self.stage](value)))
+                out.append(Prepared(msg, value))
             except Exception as exc:
                 out.append(Prepared(msg, failure=self.spec.result(error=adapter.item_failure(exc))))
         return out
@@ -292,12 +323,15 @@ class StageHandler:
     def _detect_prepare(self, msg: stages_pb2.DetectItem) -> tuple[Image, tuple[str, ...], int]:
         return self._image(msg.image), check_classes(list(msg.classes)), check_max_per_class(msg.max_per_class)
 
-    def _detect_run(self, batch: list[tuple[Image, tuple[str, ...], int]]) -> list[Any]:
+    def _detect_run(self, inputs: list[Any]) -> list[Any]:
         # one backend call per cap (callers with the same rules send the same cap: usually one call)
+        batch, ready = _unready(inputs)
         out: list[Any] = [None] * len(batch)
         for cap in dict.fromkeys(c for _, _, c in batch):
             idx = [i for i, (_, _, c) in enumerate(batch) if c == cap]
-            found = detect_requested(self.backend, [batch[i][0] for i in idx], [batch[i][1] for i in idx], cap)
+            images, classes = [batch[i][0] for i in idx], [batch[i][1] for i in idx]
+            prepared = None if ready is None else [ready[i] for i in idx]
+            found = detect_requested(self.backend, images, classes, cap, prepared=prepared)
             if len(found) != len(idx):
                 raise RuntimeError(f"backend returned {len(found)} results for {len(idx)} items")
             for i, det in zip(idx, found, strict=True):
@@ -323,7 +357,10 @@ class StageHandler:
         refs = adapter.masks_from_proto(list(msg.reference_masks), hw, field="reference_masks")
         return image, boxes, refs
 
-    def _segment_run(self, batch: list[tuple[Image, Any, Any]]) -> list[Any]:
+    def _segment_run(self, inputs: list[Any]) -> list[Any]:
+        batch, ready = _unready(inputs)
+        if ready is not None:  # SAM 2: the transformed images encoded together
+            return list(self.backend.run_prepared(ready))
         many = getattr(self.backend, "refine_batch", None)
         if many is not None:  # SAM 2: the images encoded together (SAM2Segmenter.refine_batch)
             return list(many(batch))
@@ -354,7 +391,10 @@ class StageHandler:
         masks = adapter.masks_from_proto(list(msg.masks), hw, field="masks")
         return image, masks, list(msg.class_names), list(msg.answers)
 
-    def _attributes_run(self, batch: list[tuple[Image, Any, list[str], list[str]]]) -> list[Any]:
+    def _attributes_run(self, inputs: list[Any]) -> list[Any]:
+        batch, ready = _unready(inputs)
+        if ready is not None:  # SigLIP 2: the prepared crops of all items through the image tower together
+            return list(self.backend.run_prepared(ready))
         many = getattr(self.backend, "score_batch", None)
         if many is not None:  # SigLIP 2: the crops of all items through the image tower together
             return list(many(batch))
@@ -369,7 +409,10 @@ class StageHandler:
         self.settings.limits.check_depth_encoding(msg.encoding)
         return self._image(msg.image)
 
-    def _depth_run(self, images: list[Image]) -> list[Any]:
+    def _depth_run(self, inputs: list[Any]) -> list[Any]:
+        images, ready = _unready(inputs)
+        if ready is not None:
+            return list(self.backend.run_prepared(ready))  # images of equal size share a forward pass
         return list(self.backend.disparity(images))  # images of equal size share a forward pass
 
     def _depth_pack(self, msg: stages_pb2.DepthItem, disparity: Any) -> Message:

@@ -101,3 +101,27 @@ def test_reduced_precision_is_recorded_and_returns_float32(estimator, dtype, rec
     ref, out = estimator.disparity([image])[0], reduced.disparity([image])[0]
     assert out.dtype == np.float32 and out.shape == ref.shape
     assert np.abs(out - ref).max() <= 0.1 * (np.abs(ref).max() + 1e-6)
+
+
+def test_prepared_inputs_are_the_processor_batch(estimator):
+    """``prepare`` (one image, off the model thread) gives exactly the tensors the image processor makes for
+    the images together inside the previous call, and the disparities from them are the same bit for bit."""
+    from negt2i.stages._torch import precision
+
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 255, (30, 44, 3), dtype=np.uint8) for _ in range(3)] + [
+        rng.integers(0, 255, (50, 20, 3), dtype=np.uint8)
+    ]
+    prepared = [estimator.prepare(im) for im in images]
+    same = estimator.processor(images=images[:3], return_tensors="pt")["pixel_values"]
+    assert torch.equal(torch.cat([p.inputs["pixel_values"] for p in prepared[:3]]), same)
+    got = estimator.run_prepared(prepared)
+    for idx in ([0, 1], [2], [3]):  # batch_size 2, grouped by size: the previous calls
+        inputs = estimator.processor(images=[images[i] for i in idx], return_tensors="pt")
+        with precision(estimator.device, estimator.dtype):
+            predicted = estimator.model(**inputs).predicted_depth
+        for i, want in zip(idx, resize_disparity(predicted, images[idx[0]].shape[:2]), strict=True):
+            np.testing.assert_array_equal(got[i], want)
+    assert estimator.disparity(images)[3].shape == (50, 20)
+    with pytest.raises(ValueError):
+        estimator.prepare(np.zeros((4, 4), np.uint8))

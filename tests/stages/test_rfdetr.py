@@ -91,6 +91,8 @@ def test_real_architecture_with_random_weights():
         assert len(d) <= 300  # num_select of the XL config
         assert (d.scores >= 0.005).all()
         assert (d.xyxy[:, 2] <= d.shape_hw[1]).all() and (d.xyxy[:, 3] <= d.shape_hw[0]).all()
+    for d in (reference, detector):  # both graphs: the same tensors and detections as RF-DETR's own predict()
+        assert_prepared_like_predict(d, images)
     again = detector.detect(images[:1])[0]
     assert again.class_names == out[0].class_names
     np.testing.assert_allclose(again.scores, out[0].scores, rtol=1e-4, atol=1e-6)
@@ -100,3 +102,34 @@ def test_real_architecture_with_random_weights():
         RFDETRDetector(model, info, shape=(96, 64))
     with pytest.raises(ValueError, match="unknown dtype"):
         RFDETRDetector(model, info, shape=(96, 96), dtype="int8")
+
+
+def assert_prepared_like_predict(detector: RFDETRDetector, images: list[np.ndarray]) -> None:
+    """``prepare`` (run off the model thread) builds exactly the batch RF-DETR's ``predict`` builds inside its
+    call (the previous path), and ``run_prepared`` gives exactly the detections ``predict`` gives."""
+    import torch
+
+    rf = detector.model
+    target = rf.model.inference_model if rf._is_optimized_for_inference else rf.model.model
+    seen: list[torch.Tensor] = []
+    hook = target.register_forward_pre_hook(lambda _module, args: seen.append(args[0].clone()))
+    try:
+        with torch.inference_mode():
+            preds = rf.predict(images, threshold=detector.floor, include_source_image=False, shape=detector.shape)
+    finally:
+        hook.remove()
+    expected = [
+        to_detections(p.class_id, p.confidence, p.xyxy, p.mask, im.shape[:2], names=detector.names,
+                      floor=detector.floor)
+        for p, im in zip(preds, images, strict=True)
+    ]  # fmt: skip
+    prepared = [detector.prepare(im) for im in images]
+    batch = torch.stack([p.pixels for p in prepared])
+    assert len(seen) == 1 and seen[0].shape == batch.shape
+    assert torch.equal(seen[0], batch.to(seen[0].dtype))  # bit for bit
+    got = detector.run_prepared(prepared)
+    for d, e in zip(got, expected, strict=True):
+        assert len(e) > 0 and d.class_names == e.class_names
+        np.testing.assert_array_equal(d.scores, e.scores)
+        np.testing.assert_array_equal(d.xyxy, e.xyxy)
+        np.testing.assert_array_equal(d.masks, e.masks)

@@ -24,24 +24,32 @@ def predictor():
 
 
 class CountingPredictor:
-    """Forwards to the real predictor and records the image batches and box batches it was asked for."""
+    """Records the image batches the real predictor's image encoder runs on and the box batches it is prompted
+    with (its ``model.forward_image`` and ``_predict`` patched on the instance while in the ``with`` block)."""
 
     def __init__(self, inner):
         self.inner = inner
         self.image_batches: list[int] = []
         self.box_batches: list[int] = []
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def __enter__(self):
+        inner = self.inner
+        forward, predict = inner.model.forward_image, inner._predict
 
-    def set_image_batch(self, images):
-        self.image_batches.append(len(images))
-        self.inner.set_image_batch(images)
+        def forward_image(batch):
+            self.image_batches.append(len(batch))
+            return forward(batch)
 
-    def _predict(self, coords, labels, box, mask_input, multimask_output, **kwargs):
-        assert multimask_output is True  # three candidates per box; we choose by overlap
-        self.box_batches.append(len(box))
-        return self.inner._predict(coords, labels, box, mask_input, multimask_output, **kwargs)
+        def _predict(coords, labels, box, mask_input, multimask_output, **kwargs):
+            assert multimask_output is True  # three candidates per box; we choose by overlap
+            self.box_batches.append(len(box))
+            return predict(coords, labels, box, mask_input, multimask_output, **kwargs)
+
+        inner.model.forward_image, inner._predict = forward_image, _predict
+        return inner
+
+    def __exit__(self, *exc):
+        del self.inner.model.forward_image, self.inner._predict
 
 
 def scene(rng, hw, boxes):
@@ -60,10 +68,11 @@ def test_refine_chunks_boxes_and_chooses_candidates_by_overlap(predictor):
     config = RuleConfig(masks=MaskConfig(box_chunk_size=2))
     counting = CountingPredictor(predictor)
     seg = SAM2Segmenter(
-        counting, ModelInfo(stage="segmenter", backend="sam2.1-hiera-small", model="random"), config=config
+        predictor, ModelInfo(stage="segmenter", backend="sam2.1-hiera-small", model="random"), config=config
     )
     assert isinstance(seg, Segmenter)
-    out = seg.refine(image, boxes, refs)
+    with counting:
+        out = seg.refine(image, boxes, refs)
     assert out.shape == (3, 64, 72) and out.dtype == np.bool_
     assert counting.box_batches == [2, 1]  # chunks of box_chunk_size
     # the same choice computed by hand from SAM's public one-image API (set_image + predict)
@@ -90,8 +99,9 @@ def test_refine_batch_encodes_images_together_with_the_per_image_result(predicto
     ]
     counting = CountingPredictor(predictor)
     info = ModelInfo(stage="segmenter", backend="sam2.1-hiera-small", model="random")
-    seg = SAM2Segmenter(counting, info, image_batch_size=2)
-    batched = seg.refine_batch(items)
+    seg = SAM2Segmenter(predictor, info, image_batch_size=2)
+    with counting:
+        batched = seg.refine_batch(items)
     assert counting.image_batches == [2, 1]  # three images with boxes, two per backbone call
     alone = SAM2Segmenter(predictor, info)
     for (image, boxes, refs), out in zip(items, batched, strict=True):
@@ -139,9 +149,10 @@ def test_pipeline_batches_sam_across_images_with_the_per_image_verdicts(predicto
               image((2, 2, 40, 40), (44, 44, 60, 60)), image((4, 40, 24, 62), (40, 4, 60, 24))]  # fmt: skip
     counting = CountingPredictor(predictor)
     info = ModelInfo(stage="segmenter", backend="sam2.1-hiera-small", model="random")
-    batched = SAM2Segmenter(counting, info, image_batch_size=2)
+    batched = SAM2Segmenter(predictor, info, image_batch_size=2)
     depth = SyntheticDepthEstimator()
-    together = Pipeline(Stages(SyntheticDetector(), batched, depth=depth)).run(prompts, images)
+    with counting:
+        together = Pipeline(Stages(SyntheticDetector(), batched, depth=depth)).run(prompts, images)
     assert counting.image_batches == [2, 2]  # four images, two per backbone call, in one refine_batch call
     alone = Pipeline(Stages(SyntheticDetector(), PerImage(SAM2Segmenter(predictor, info)), depth=depth)).run(
         prompts, images
@@ -152,3 +163,39 @@ def test_pipeline_batches_sam_across_images_with_the_per_image_verdicts(predicto
         assert a.perception.refined.masks.keys() == b.perception.refined.masks.keys()
         for k, mask in a.perception.refined.masks.items():
             np.testing.assert_array_equal(b.perception.refined.masks[k], mask)
+
+
+@pytest.mark.slow
+def test_prepared_images_are_the_tensors_set_image_batch_makes(predictor):
+    """``prepare`` (run off the model thread) gives exactly the tensors SAM 2's own ``set_image_batch`` makes
+    from the images inside its call (the previous path), the image encoder's features from them are the same
+    bit for bit, and so are the refined masks."""
+    from functools import partial
+
+    from negt2i.stages.common import refine_with_candidates
+
+    rng = np.random.default_rng(2)
+    items = [scene(rng, (64, 72), [[4, 4, 30, 40], [30, 10, 70, 60]]), scene(rng, (80, 56), [[10, 40, 40, 63]])]
+    info = ModelInfo(stage="segmenter", backend="sam2.1-hiera-small", model="random")
+    seg = SAM2Segmenter(predictor, info)
+    prepared = [seg.prepare(item) for item in items]
+    images = [image for image, _, _ in items]
+    assert torch.equal(torch.stack([p.pixels for p in prepared]), predictor._transforms.forward_batch(images))
+    assert seg.prepare(scene(rng, (16, 16), [])).pixels is None  # nothing to refine: no transform
+
+    with torch.inference_mode():
+        predictor.set_image_batch(images)  # the previous path: SAM 2 transforms inside the model call
+        features, orig_hw = predictor._features, predictor._orig_hw
+        expected = [
+            refine_with_candidates(hw, b, r, partial(seg.candidates, shape_hw=hw, img_idx=j), seg.config)
+            for j, ((hw, b, r)) in enumerate((im.shape[:2], b, r) for im, b, r in items)
+        ]
+        predictor.reset_predictor()
+        seg._encode(prepared)
+        assert predictor._orig_hw == orig_hw
+        assert torch.equal(predictor._features["image_embed"], features["image_embed"])
+        for a, b in zip(predictor._features["high_res_feats"], features["high_res_feats"], strict=True):
+            assert torch.equal(a, b)
+        predictor.reset_predictor()
+    for got, want in zip(seg.run_prepared(prepared), expected, strict=True):
+        np.testing.assert_array_equal(got, want)

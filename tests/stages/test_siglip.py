@@ -222,3 +222,72 @@ def test_the_attributes_stage_handler_scores_merged_items_in_one_batch_call(scor
         assert not got.HasField("error") and len(got.instances) == len(item.masks)
         for a, b in zip(got.instances, alone.instances, strict=True):
             np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-4)
+
+
+def test_prepared_crops_are_the_previous_in_call_tensors_and_scores(scorer):
+    """``prepare`` (one request, off the model thread) gives exactly the crop tensors the evaluation transform
+    made inside the previous ``score_batch`` call, and the scores from them are the same bit for bit."""
+    import torch.nn.functional as F
+    from PIL import Image as PILImage
+
+    rng = np.random.default_rng(4)
+    items = []
+    for hw, k in (((40, 48), 2), ((36, 30), 1), ((20, 20), 0)):
+        image = rng.integers(0, 255, (*hw, 3), dtype=np.uint8)
+        masks = np.zeros((k, *hw), bool)
+        for j in range(k):
+            masks[j, 2 + 3 * j : 18 + 2 * j, 4 : 15 + 4 * j] = True
+        items.append((image, masks, ["cup", "dog"][:k], ["red", "blue", "green"]))
+    prepared = [scorer.prepare(item) for item in items]
+    previous = [scorer.preprocess(PILImage.fromarray(c)) for image, masks, _, _ in items for c in crops(image, masks)]
+    ours = [x for p in prepared for x in p.pixels]
+    assert len(ours) == len(previous) == 3
+    assert all(torch.equal(a, b) for a, b in zip(ours, previous, strict=True))
+    got = scorer.run_prepared(prepared)
+    with torch.inference_mode():  # the previous call's arithmetic: batches of batch_size crops across images
+        feats = torch.cat([F.normalize(scorer.model.encode_image(torch.stack(previous[s : s + 2])).float(), dim=-1)
+                           for s in range(0, 3, 2)])  # fmt: skip
+    owners = [(0, 0), (0, 1), (1, 0)]
+    for j, (i, k) in enumerate(owners):
+        text = scorer.text_embeddings(items[i][2][k], items[i][3])
+        np.testing.assert_array_equal(got[i][k], (100.0 * feats[j] @ text.T).cpu().numpy())
+    assert got[2].shape == (0, 3)
+    with pytest.raises(ValueError, match="masks have shape"):
+        scorer.prepare((items[0][0], items[0][1][:1], ["cup", "dog"], ["red"]))
+
+
+def test_geneval_template_ensemble_averages_normalised_prompt_embeddings(scorer):
+    """``attributes.text_templates = geneval``: a colour's text embedding is the mean of its three GenEval
+    prompts' normalised embeddings, normalised again (clip_benchmark's zero_shot_classifier); a material keeps
+    the single template; the default set is unchanged; embeddings are cached per template set."""
+    import torch.nn.functional as F
+
+    from negt2i.config import CURRENT, AttributeConfig, RuleConfig
+    from negt2i.stages.siglip_backend import text_prompts
+
+    assert text_prompts("orange", "cup", "geneval") == [
+        "a photo of a orange cup", "a photo of a orange-colored cup", "a photo of a orange object"]  # fmt: skip
+    assert text_prompts("wooden", "chair", "geneval") == ["a photo of a wooden chair."]
+    assert text_prompts("orange", "cup") == ["a photo of an orange cup."]
+    single = scorer.text_embeddings("cup", ["red", "wooden"])
+    ensemble_config = RuleConfig(name="t", attributes=AttributeConfig(text_templates="geneval"))
+    scorer.config = ensemble_config
+    try:
+        ens = scorer.text_embeddings("cup", ["red", "wooden"])
+        rng = np.random.default_rng(5)
+        image = rng.integers(0, 255, (24, 24, 3), dtype=np.uint8)
+        masks = np.ones((1, 24, 24), bool)
+        ens_scores = scorer.score(image, masks, ["cup"], ["red", "wooden"])
+    finally:
+        scorer.config = CURRENT
+    with torch.inference_mode():
+        each = F.normalize(scorer.model.encode_text(scorer.tokenizer(text_prompts("red", "cup", "geneval"))).float(),
+                           dim=-1)  # fmt: skip
+        red = F.normalize(each.mean(dim=0), dim=-1)
+        wooden = F.normalize(scorer.model.encode_text(scorer.tokenizer(["a photo of a wooden cup."])).float(), dim=-1)
+    torch.testing.assert_close(ens[0], red, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ens[1], wooden[0], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(ens[0], single[0])
+    assert torch.equal(scorer.text_embeddings("cup", ["red", "wooden"]), single)  # default: cached, unchanged
+    assert ens_scores.shape == (1, 2)
+    assert not np.allclose(ens_scores, scorer.score(image, masks, ["cup"], ["red", "wooden"]))
