@@ -72,6 +72,8 @@ def derive(
     for key in ("source_id", "form"):
         if getattr(v, key):
             line[key] = getattr(v, key)
+    assert v.HasField("score")  # this evaluator always sets it
+    line["score"] = v.score
     details = {
         o.class_name: {"detections": list(o.detections), "counted": o.counted,
                        "top_score": o.top_score if o.HasField("top_score") else None}
