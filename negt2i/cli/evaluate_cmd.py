@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--rules",
         default=os.environ.get("NEGT2I_RULES", "current"),
-        help="rule preset (current, previous) or JSON file [NEGT2I_RULES, default current]",
+        help="rule preset (current, previous, geneval) or JSON file [NEGT2I_RULES, default current]",
     )
     p.add_argument(
         "--device",
