@@ -16,7 +16,7 @@ import pytest
 from negt2i.cli import main
 from negt2i.stages.demo_data import write_demo
 
-from .cdp import Browser, chromium_path
+from .cdp import Browser, CDPError, chromium_path
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 pytestmark = pytest.mark.xdist_group("browser")
@@ -50,6 +50,31 @@ def _browser(task: dict[str, Any], name: str) -> Browser:
         pytest.skip("chromium is not installed (apt-get install chromium)")
     profile = task["root"] / f"profile-{name}"
     return Browser((task["dir"] / "index.html").as_uri(), profile)
+
+
+FRESH_PAGE = (  # the labelling section hidden again, the id remembered
+    "document.readyState === 'complete' && document.getElementById('item') !== null"
+    " && document.getElementById('item').hidden && document.getElementById('annotator').value === 'a01'"
+)
+PAGE_STATE = (
+    "JSON.stringify({href: location.href, ready: document.readyState,"
+    " item_hidden: document.getElementById('item') && document.getElementById('item').hidden,"
+    " annotator: document.getElementById('annotator') && document.getElementById('annotator').value})"
+)
+
+
+def _reload(b: Browser) -> None:
+    """Reload the page until it is the fresh page (``FRESH_PAGE``). In two whole-suite runs (never alone, nor
+    under CPU stress) the first reload's page was not there after 20 s, cause unknown: one more reload is
+    tried, and a second miss fails with the page's state."""
+    for attempt in range(2):
+        b.call("Page.reload")
+        try:
+            b.wait_for(FRESH_PAGE, timeout=30)
+            return
+        except CDPError:
+            if attempt:
+                raise CDPError(f"the reloaded page is not the fresh page: {b.js(PAGE_STATE)}") from None
 
 
 def _answers_for(item: dict[str, Any]) -> dict[str, str]:
@@ -87,11 +112,7 @@ def test_label_three_images_by_clicking_export_and_run_the_agreement(
                 b.click("#next")
         assert b.js("document.getElementById('progress').textContent") == "3 / 3 images done"
         # progress survives a reload: the page comes back with the three images done
-        b.call("Page.reload")
-        b.wait_for(  # the fresh page: the labelling section hidden again, the id remembered
-            "document.readyState === 'complete' && document.getElementById('item') !== null"
-            " && document.getElementById('item').hidden && document.getElementById('annotator').value === 'a01'"
-        )
+        _reload(b)
         assert b.js("document.getElementById('progress').textContent") == "0 / 3 images done"  # not started yet
         b.click("#start")
         assert b.wait_for("document.getElementById('progress').textContent") == "3 / 3 images done"
