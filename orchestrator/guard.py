@@ -15,6 +15,18 @@
 - Calls at once (``CallLimit``, ``NEGT2I_MAX_CALLS``): the number of open calls (unary and streams, health
   checks excepted) is bounded where a call is routed, before its message is read; a call beyond it is answered
   RESOURCE_EXHAUSTED (reason SERVER_OVERLOADED: retry with backoff) without its message being read.
+- Memory before a message is read (docs/services.md, "Memory"). gRPC core assembles a message only for a
+  call whose message the server has asked for; before that a call holds at most its HTTP/2 stream window
+  (``transport_options``: BDP probing off, the window fixed at ``NEGT2I_CALL_BUFFER_BYTES``, 64 KiB; gRPC's
+  automatic window grows to several MiB per call on a busy connection). ``CallLimit`` asks for at most
+  ``NEGT2I_MAX_RECEIVING`` unary messages at once (the others wait unread, up to ``NEGT2I_MAX_WAIT_S`` or
+  their deadline, then RESOURCE_EXHAUSTED SERVER_OVERLOADED), a message that does not arrive within
+  ``NEGT2I_RECEIVE_TIMEOUT_S`` ends its call (DEADLINE_EXCEEDED) and frees its place; a call refused for its
+  token (``orchestrator.security``) is never read at all. A message read is dropped as soon as its call ends:
+  the request iterator is closed and the frames of an aborted call's exception cleared (grpc.aio keeps the
+  abort exception, whose traceback would otherwise hold the request in a reference cycle until the cyclic
+  garbage collector runs). A message over ``max_message_bytes`` is never parsed (``scan_request`` reads its
+  ``request_id`` from the wire format).
 - Log injection: a ``request_id`` with a control character (CR, LF, NUL, ESC, ... : Unicode category Cc, and
   the line / paragraph separators U+2028 / U+2029) is refused (``control_char``), so an id echoed into a
   verdict, a results file or a log line can never start a new line or drive a terminal; any other client or
@@ -24,6 +36,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import traceback
 import unicodedata
 from collections.abc import Callable
 from typing import Any, Final
@@ -85,23 +99,88 @@ def bounded(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _varint(data: bytes | memoryview, at: int) -> tuple[int, int]:
+    """The varint at ``data[at:]`` and the offset after it (ValueError when truncated or over 64 bits)."""
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise ValueError("truncated varint")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _fields(data: bytes | memoryview) -> dict[int, tuple[int, int]]:
+    """The length-delimited fields of one protobuf message: field number -> (offset, length) of the last
+    occurrence; the other wire types are skipped. Reads the wire format only (nothing copied); ValueError when
+    ``data`` is not a valid message."""
+    found: dict[int, tuple[int, int]] = {}
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, kind = key >> 3, key & 7
+        if number == 0:
+            raise ValueError("field number 0")
+        if kind == 0:
+            _, at = _varint(data, at)
+        elif kind == 1:
+            at += 8
+        elif kind == 5:
+            at += 4
+        elif kind == 2:
+            size, at = _varint(data, at)
+            found[number] = (at, size)
+            at += size
+        else:  # groups (3, 4) are not used by negt2i.v1; 6 and 7 are invalid
+            raise ValueError(f"wire type {kind}")
+    if at != len(data):
+        raise ValueError("truncated field")
+    return found
+
+
+def scan_request(data: bytes) -> tuple[str, int]:
+    """The ``request_id`` (field 1, cut to ``MAX_REQUEST_ID_CHARS``) and the length of ``image.data`` (field 4,
+    its field 1) of an encoded ``EvaluateRequest``, read from the wire format without parsing the message (a
+    parse would copy its image); ValueError when it is not a valid message."""
+    top = _fields(data)
+    rid = ""
+    if 1 in top:
+        at, size = top[1]
+        rid = bytes(data[at : at + min(size, 4 * MAX_REQUEST_ID_CHARS)]).decode("utf-8", "replace")
+    image = 0
+    if 4 in top:
+        at, size = top[4]
+        image = _fields(memoryview(data)[at : at + size]).get(1, (0, 0))[1]
+    return rid[:MAX_REQUEST_ID_CHARS], image
+
+
 def _tolerant(cls: type[Any], max_bytes: int | None = None) -> Callable[[bytes], Any]:
-    def parse(data: bytes) -> Any:
+    def too_large(data: bytes) -> BadMessage:
+        # never parsed: a parse would copy the (up to twice the limit) message once more
         try:
-            msg = cls.FromString(data)
+            rid, image_bytes = scan_request(data) if cls is evaluator_pb2.EvaluateRequest else ("", 0)
+        except ValueError as exc:
+            return BadMessage(f"not a valid {cls.DESCRIPTOR.full_name} message ({exc})")
+        image = image_bytes > len(data) // 2
+        return BadMessage(
+            f"message of {len(data)} bytes is over the limit of {max_bytes} bytes",
+            request_id=rid,
+            too_large=True,
+            field="image.data" if image else "request",
+            image=image,
+        )
+
+    def parse(data: bytes) -> Any:
+        if max_bytes is not None and len(data) > max_bytes:
+            return too_large(data)
+        try:
+            return cls.FromString(data)
         except Exception as exc:  # DecodeError, invalid UTF-8, recursion limit, ...
             why = errors.plain(bounded(str(exc), 200)) or "malformed"
             return BadMessage(f"not a valid {cls.DESCRIPTOR.full_name} message ({why})")
-        if max_bytes is not None and len(data) > max_bytes:
-            image = len(getattr(getattr(msg, "image", None), "data", b"")) > len(data) // 2
-            return BadMessage(
-                f"message of {len(data)} bytes is over the limit of {max_bytes} bytes",
-                request_id=str(getattr(msg, "request_id", ""))[:MAX_REQUEST_ID_CHARS],
-                too_large=True,
-                field="image.data" if image else "request",
-                image=image,
-            )
-        return msg
 
     return parse
 
@@ -140,21 +219,47 @@ def add_evaluator(servicer: Any, server: grpc.aio.Server, max_message_bytes: int
     server.add_registered_method_handlers(name, handlers)
 
 
-class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """At most ``max_calls`` open calls of the Evaluator (health checks and reflection are not counted). A
-    call is counted from the start of its handler to its end, and its message is read only after it was
-    counted: a unary method is served through a request-streaming handler that checks the count, then reads
-    the one message itself (a unary handler would get the message read before it runs). Beyond the limit:
-    RESOURCE_EXHAUSTED (SERVER_OVERLOADED, the rich error model: clients retry it) without reading anything.
-    Counting and uncounting happen in the same ``try`` of the handler, so a call cancelled at any moment
-    never leaves a count behind."""
+def transport_options(max_message_bytes: int, call_buffer_bytes: int) -> list[tuple[str, int]]:
+    """The gRPC server options that bound what gRPC itself receives (see the module docstring)."""
+    options = [
+        # gRPC ends a call whose message is over this; up to it, ``_tolerant`` answers an oversized item itself
+        ("grpc.max_receive_message_length", TRANSPORT_FACTOR * max_message_bytes),
+        ("grpc.max_send_message_length", max_message_bytes),
+    ]
+    if call_buffer_bytes:
+        # BDP probing grows every stream's window to several MiB on a busy connection, and gRPC fills that
+        # window from the socket whether or not the server has asked for the message: 16 unread 60 MB calls on
+        # one connection held 258 MiB, 3 MiB with the window fixed (docs/services.md, "Memory"). A message the
+        # server reads gets its whole length granted at once, so reads are as fast (benchmarks/bench_memory.py)
+        options += [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", call_buffer_bytes)]
+    return options
 
-    def __init__(self, max_calls: int) -> None:
-        if max_calls < 1:
-            raise ValueError("max_calls must be at least 1")
+
+class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """At most ``max_calls`` open calls of the Evaluator (health checks and reflection are not counted), and at
+    most ``max_receiving`` unary messages being received. A call is counted from the start of its handler to
+    its end, and its message is read only after it was counted: a unary method is served through a
+    request-streaming handler that checks the count, then reads the one message itself (a unary handler would
+    get the message read before it runs), once one of the ``max_receiving`` places is free. Beyond the limit,
+    or after ``max_wait_s`` (or the call's deadline) without a free place: RESOURCE_EXHAUSTED
+    (SERVER_OVERLOADED, the rich error model: clients retry it) without reading anything; a message still not
+    received ``receive_timeout_s`` after its place was taken: DEADLINE_EXCEEDED. Counting and uncounting happen
+    in the same ``try`` of the handler, so a call cancelled at any moment never leaves a count behind."""
+
+    def __init__(self, max_calls: int, max_receiving: int | None = None, receive_timeout_s: float = 30.0,
+                 max_wait_s: float = 60.0) -> None:  # fmt: skip
+        if max_calls < 1 or (max_receiving is not None and max_receiving < 1):
+            raise ValueError("max_calls and max_receiving must be at least 1")
         self.max_calls = max_calls
+        self.max_receiving = max_receiving or max_calls
+        self.receive_timeout_s = receive_timeout_s
+        self.max_wait_s = max_wait_s
         self.open = 0
         self.refused = 0
+        self.receiving = 0
+        self.peak_receiving = 0
+        self._places: asyncio.Semaphore | None = None
+        self.heap = HeapTrim()
 
     async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = await continuation(details)
@@ -172,6 +277,36 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 "retry with backoff"))  # fmt: skip
         self.open += 1
 
+    async def _receive(self, requests: Any, context: Any) -> Any:
+        """The one message of a unary call, read in one of the ``max_receiving`` places."""
+        if self._places is None:
+            self._places = asyncio.Semaphore(self.max_receiving)
+        left = context.time_remaining()
+        wait = self.max_wait_s if left is None else min(self.max_wait_s, left)
+        try:
+            await asyncio.wait_for(self._places.acquire(), max(wait, 0.0))
+        except TimeoutError:
+            self.refused += 1
+            await context.abort_with_status(_overloaded_status(
+                f"the server is at capacity ({self.max_receiving} messages being received, {self.open} calls "
+                f"open; none could start within {max(wait, 0.0):.1f} s); retry with backoff"))  # fmt: skip
+        self.receiving += 1
+        self.peak_receiving = max(self.peak_receiving, self.receiving)
+        iterator = requests.__aiter__()
+        try:
+            return await asyncio.wait_for(iterator.__anext__(), self.receive_timeout_s)
+        except StopAsyncIteration:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
+        except TimeoutError:
+            await context.abort_with_status(_status(
+                Code.DEADLINE_EXCEEDED, errors.Reason.DEADLINE_EXCEEDED,
+                f"the request message did not arrive within {self.receive_timeout_s:g} s of the server "
+                "asking for it"))  # fmt: skip
+        finally:
+            self.receiving -= 1
+            self._places.release()
+            await iterator.aclose()  # its frame would hold the message until the call's state is collected
+
     def _counted(self, handler: Any) -> Any:
         kw = {"request_deserializer": handler.request_deserializer,
               "response_serializer": handler.response_serializer}  # fmt: skip
@@ -181,11 +316,17 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def unary(requests: Any, context: Any) -> Any:
                 await self._admit(context)
                 try:
-                    async for request in requests:  # the one message, read only now
+                    request = await self._receive(requests, context)
+                    try:
                         return await inner(request, context)
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
+                    finally:
+                        del request
+                except BaseException as exc:
+                    _forget(exc)
+                    raise
                 finally:
                     self.open -= 1
+                    self.heap.poke()
 
             return grpc.stream_unary_rpc_method_handler(unary, **kw)
         inner_stream = handler.stream_stream
@@ -195,18 +336,80 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             try:
                 async for response in inner_stream(requests, context):
                     yield response
+                    self.heap.poke()  # an answered item's message is dropped
+            except BaseException as exc:
+                _forget(exc)
+                raise
             finally:
                 self.open -= 1
+                self.heap.poke()
 
         return grpc.stream_stream_rpc_method_handler(streaming, **kw)
 
 
-def _overloaded_status(message: str) -> Any:
-    """The ``grpc.Status`` of RESOURCE_EXHAUSTED (SERVER_OVERLOADED) with the rich error model."""
+class HeapTrim:
+    """Give the heap memory freed by finished calls back to the system (glibc's ``malloc_trim``), at most once
+    per ``interval_s``, on a worker thread. gRPC core receives a message in many small buffers spread over
+    glibc's per-thread arenas; once freed they stay in the process (16 x 60 MB calls read one at a time left
+    +240 MiB resident, +3 MiB with a trim after the calls). A no-op where the C library has no ``malloc_trim``
+    (musl, macOS)."""
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.interval_s = interval_s
+        self.trims = 0
+        self._trim = _malloc_trim()
+        self._pending: asyncio.Task[None] | None = None
+
+    def poke(self) -> None:
+        """A call holding a received message ended: trim within ``interval_s`` (once for any number of pokes)."""
+        if self._trim is None or (self._pending is not None and not self._pending.done()):
+            return
+        self._pending = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        await asyncio.sleep(self.interval_s)
+        if self._trim is not None:
+            await asyncio.to_thread(self._trim, 0)
+            self.trims += 1
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim`` through ctypes, None when the C library has none."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+def _forget(exc: BaseException) -> None:
+    """Clear the local variables of the finished frames in ``exc``'s traceback. grpc.aio keeps an aborted call's
+    exception with the call's state, and the traceback's frames hold the request and the context (which refers
+    to that state): a reference cycle that would keep the request's bytes until the cyclic garbage collector
+    happens to run."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:  # the exception and the ones it was raised from / during
+        seen.add(id(link))
+        traceback.clear_frames(link.__traceback__)
+        link = link.__cause__ or link.__context__
+
+
+def _status(code: Code, reason: str, message: str) -> Any:
+    """A ``grpc.Status`` with the rich error model."""
     from grpc_status import rpc_status
 
     from negt2i.failures import Failure, FailureKind
 
-    failure = Failure(FailureKind.STAGE_ERROR, message, code=Code.RESOURCE_EXHAUSTED,
-                      reason=errors.Reason.SERVER_OVERLOADED)  # fmt: skip
+    failure = Failure(FailureKind.STAGE_ERROR, message, code=code, reason=reason)
     return rpc_status.to_status(errors.to_status(failure, message))
+
+
+def _overloaded_status(message: str) -> Any:
+    """The ``grpc.Status`` of RESOURCE_EXHAUSTED (SERVER_OVERLOADED) with the rich error model."""
+    return _status(Code.RESOURCE_EXHAUSTED, errors.Reason.SERVER_OVERLOADED, message)
