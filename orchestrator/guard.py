@@ -359,16 +359,21 @@ class HeapTrim:
         self.trims = 0
         self._trim = _malloc_trim()
         self._pending: asyncio.Task[None] | None = None
+        self._again = False
 
     def poke(self) -> None:
-        """A call holding a received message ended: trim within ``interval_s`` (once for any number of pokes)."""
-        if self._trim is None or (self._pending is not None and not self._pending.done()):
+        """A call holding a received message ended: trim within ``interval_s`` (once for any number of pokes, and
+        once more after the trim for pokes that came while it was pending)."""
+        if self._trim is None:
             return
-        self._pending = asyncio.get_running_loop().create_task(self._run())
+        self._again = True
+        if self._pending is None or self._pending.done():
+            self._pending = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
-        await asyncio.sleep(self.interval_s)
-        if self._trim is not None:
+        while self._again and self._trim is not None:
+            self._again = False
+            await asyncio.sleep(self.interval_s)
             await asyncio.to_thread(self._trim, 0)
             self.trims += 1
 
