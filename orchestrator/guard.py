@@ -58,6 +58,8 @@ MAX_REQUEST_ID_CHARS: Final = 256
 
 TRANSPORT_FACTOR: Final = 2
 """gRPC's receive limit is this many times ``max_message_bytes`` (see the module docstring)."""
+MAX_FRAME_BYTES: Final = 1 << 20
+"""The largest HTTP/2 DATA frame clients may send (``transport_options``)."""
 
 
 class BadMessage:
@@ -230,8 +232,12 @@ def transport_options(max_message_bytes: int, call_buffer_bytes: int) -> list[tu
         # BDP probing grows every stream's window to several MiB on a busy connection, and gRPC fills that
         # window from the socket whether or not the server has asked for the message: 16 unread 60 MB calls on
         # one connection held 258 MiB, 3 MiB with the window fixed (docs/services.md, "Memory"). A message the
-        # server reads gets its whole length granted at once, so reads are as fast (benchmarks/bench_memory.py)
-        options += [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", call_buffer_bytes)]
+        # server reads is granted window ahead of it (up to 1 MiB at a time), whatever this is
+        options += [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", call_buffer_bytes),
+                    # BDP probing also raises the largest DATA frame a client may send from HTTP/2's 16 KiB; kept
+                    # there, large images arrive 14 % slower. A frame never exceeds the window, so this costs
+                    # no memory
+                    ("grpc.http2.max_frame_size", MAX_FRAME_BYTES)]  # fmt: skip
     return options
 
 
@@ -348,32 +354,34 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 class HeapTrim:
-    """Give the heap memory freed by finished calls back to the system (glibc's ``malloc_trim``), at most once
-    per ``interval_s``, on a worker thread. gRPC core receives a message in many small buffers spread over
-    glibc's per-thread arenas; once freed they stay in the process (16 x 60 MB calls read one at a time left
-    +240 MiB resident, +3 MiB with a trim after the calls). A no-op where the C library has no ``malloc_trim``
-    (musl, macOS)."""
+    """Give the heap memory freed by finished calls back to the system (glibc's ``malloc_trim``, on a worker
+    thread) once no call has ended for ``interval_s``. gRPC core receives a message in many small buffers spread
+    over glibc's per-thread arenas; once freed they stay in the process (16 x 60 MB calls left +486 MiB
+    resident; a few MiB with the trim). While calls keep ending the freed memory is reused rather than trimmed:
+    a trim per call would make every large message fault its pages in afresh (15 % slower in
+    ``benchmarks/bench_memory.py``). A no-op where the C library has no ``malloc_trim`` (musl, macOS)."""
 
     def __init__(self, interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
         self.trims = 0
         self._trim = _malloc_trim()
         self._pending: asyncio.Task[None] | None = None
-        self._again = False
+        self._last = 0.0
 
     def poke(self) -> None:
-        """A call holding a received message ended: trim within ``interval_s`` (once for any number of pokes, and
-        once more after the trim for pokes that came while it was pending)."""
+        """A call that held a received message ended: trim once none has ended for ``interval_s``."""
         if self._trim is None:
             return
-        self._again = True
+        loop = asyncio.get_running_loop()
+        self._last = loop.time()
         if self._pending is None or self._pending.done():
-            self._pending = asyncio.get_running_loop().create_task(self._run())
+            self._pending = loop.create_task(self._run())
 
     async def _run(self) -> None:
-        while self._again and self._trim is not None:
-            self._again = False
-            await asyncio.sleep(self.interval_s)
+        loop = asyncio.get_running_loop()
+        while (quiet := loop.time() - self._last) < self.interval_s:
+            await asyncio.sleep(self.interval_s - quiet)
+        if self._trim is not None:
             await asyncio.to_thread(self._trim, 0)
             self.trims += 1
 
