@@ -178,7 +178,9 @@ def overlay_jobs(objs: list[dict[str, Any]], images: dict[str, str], prefix: str
     jobs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Job"}
     check(set(jobs) == {"negt2i-sweep", "negt2i-report"}, f"{JOBS} renders Jobs {sorted(jobs)}")
     sweep = jobs["negt2i-sweep"]
-    (settings,) = [m for m in maps if m["metadata"]["name"] == "negt2i-sweep"]
+    (ref,) = {e["configMapRef"]["name"] for c in sweep["spec"]["template"]["spec"]["containers"]
+              for e in c.get("envFrom", []) if "configMapRef" in e}  # fmt: skip
+    (settings,) = [m for m in maps if m["metadata"]["name"] == ref]
     shards = int(settings["data"]["SWEEP_SHARDS"])
     spec = sweep["spec"]
     check(spec.get("completionMode") == "Indexed" and spec["completions"] == shards == spec["parallelism"],
