@@ -275,10 +275,16 @@ def main(argv: list[str] | None = None) -> int:
             for i, objects in enumerate(jobs["sweep"]):
                 played.append((write(tmp / f"sweep-{i}.yaml", objects), f"{prefix}-negt2i-sweep-{i}"))
                 play(docker, played[-1][0], network)
+            # the last sweep pod has only just started: its shard cannot be in, so the report pod must still
+            # be in its init container (kube play returns once that has passed)
+            if report_play.done():
+                report_play.result()  # its error, if it failed
+                raise Failed("the report pod started before the sweep's shards were in")
             for i in range(shards):
                 wait_exit(docker, f"{prefix}-negt2i-sweep-{i}-submit", 900)
             figures["sweep_s"] = round(time.monotonic() - t_jobs, 1)
             report_play.result(timeout=600)  # kube play returns once the init container saw every shard
+            figures["report_waited_s"] = round(time.monotonic() - t_jobs, 1)
             wait_exit(docker, f"{prefix}-negt2i-report-report", 600)
             figures["sweep_and_report_s"] = round(time.monotonic() - t_jobs, 1)
         with step("the sweep's shards and the report pod's report, from the results volume"):
