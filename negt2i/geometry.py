@@ -64,14 +64,15 @@ class MaskStats:
     def boundary_points(self) -> NDArray[np.float64]:
         """(row, col) of mask pixels with a 4-neighbour outside the mask (or the image)."""
         crop = self.crop
-        inner = crop.copy()
-        inner[1:] &= crop[:-1]
-        inner[:-1] &= crop[1:]
-        inner[:, 1:] &= crop[:, :-1]
-        inner[:, :-1] &= crop[:, 1:]
-        inner[[0, -1], :] = False  # the box's edge rows / columns always touch the outside
-        inner[:, [0, -1]] = False
-        rows, cols = np.nonzero(crop & ~inner)
+        # interior: the pixel and its four neighbours set; the box's edge rows / columns
+        # always touch the outside
+        core = crop[1:-1, 1:-1] & crop[:-2, 1:-1]
+        core &= crop[2:, 1:-1]
+        core &= crop[1:-1, :-2]
+        core &= crop[1:-1, 2:]
+        inner = np.zeros(crop.shape, dtype=bool)
+        inner[1:-1, 1:-1] = core
+        rows, cols = _nonzero(crop > inner)
         out = np.empty((rows.size, 2), dtype=np.float64)
         out[:, 0] = rows + self.row0
         out[:, 1] = cols + self.col0
@@ -84,7 +85,7 @@ class MaskStats:
         Sliding-midpoint splits without node compaction build in about two thirds of the
         time of SciPy's default on a few hundred points and answer the same distances.
         """
-        return cKDTree(self.boundary_points)
+        return cKDTree(self.boundary_points, compact_nodes=False, balanced_tree=False)
 
     @cached_property
     def pyramid(self) -> list[BoolMask]:
@@ -92,10 +93,25 @@ class MaskStats:
         return _pyramid(self)
 
 
+def _nonzero(grid: BoolMask) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """``np.nonzero`` of a 2-D grid, row-major (the same arrays; NumPy's 2-D path is ~10x slower)."""
+    rows, cols = np.divmod(np.flatnonzero(grid), grid.shape[1])
+    return rows, cols
+
+
+def _rows_occupied(mask: BoolMask) -> NDArray[np.bool_]:
+    """``mask.any(axis=1)``, eight pixels at a time where the rows allow it."""
+    if mask.flags.c_contiguous and mask.shape[1] % 8 == 0:
+        return np.bitwise_or.reduce(mask.view(np.uint64), axis=1) != 0
+    return mask.any(axis=1)
+
+
 def mask_stats(mask: BoolMask) -> MaskStats:
     """Measure a (H, W) bool mask."""
+    if mask.dtype != np.bool_:
+        mask = mask != 0
     h, w = mask.shape
-    rows = np.flatnonzero(mask.any(axis=1))
+    rows = np.flatnonzero(_rows_occupied(mask))
     if rows.size == 0:
         return MaskStats((h, w), 0, -1, 0, -1, 0, math.nan, math.nan, np.zeros((0, 0), bool))
     r0, r1 = int(rows[0]), int(rows[-1])
@@ -103,8 +119,9 @@ def mask_stats(mask: BoolMask) -> MaskStats:
     cols = np.flatnonzero(band.any(axis=0))
     c0, c1 = int(cols[0]), int(cols[-1])
     crop = band[:, c0 : c1 + 1]
-    row_counts = np.count_nonzero(crop, axis=1)
-    col_counts = np.count_nonzero(crop, axis=0)
+    pixels = crop.view(np.uint8)
+    row_counts = np.add.reduce(pixels, axis=1, dtype=np.int32)
+    col_counts = np.add.reduce(pixels, axis=0, dtype=np.int32)
     area = int(row_counts.sum())
     cy = r0 + float(row_counts @ np.arange(crop.shape[0])) / area
     cx = c0 + float(col_counts @ np.arange(crop.shape[1])) / area
@@ -269,10 +286,9 @@ _CELL_SIZES = (32, 8, 4, 2, 1)
 
 
 def _pool2(grid: BoolMask) -> BoolMask:
-    """2x2 OR-pooling of a grid with even sides."""
-    out: BoolMask = grid[0::2, 0::2] | grid[1::2, 0::2]
-    out |= grid[0::2, 1::2]
-    out |= grid[1::2, 1::2]
+    """2x2 OR-pooling of a C-contiguous grid with even sides (a pair of bools read as one uint16)."""
+    pairs = grid.view(np.uint16) != 0  # OR of horizontal pairs
+    out: BoolMask = pairs[0::2] | pairs[1::2]
     return out
 
 
@@ -355,7 +371,7 @@ def facing_surfaces(
         offset.append((np.cumsum(sizes) - sizes)[owner])
         width.append(np.array([g.shape[1] for g in grids], np.intp)[owner])
     req = np.repeat(np.arange(n), [int(np.count_nonzero(a.pyramid[0])) for a, _, _ in requests])
-    cr, cc = (np.concatenate(x) for x in zip(*(np.nonzero(a.pyramid[0]) for a, _, _ in requests), strict=True))
+    cr, cc = (np.concatenate(x) for x in zip(*(_nonzero(a.pyramid[0]) for a, _, _ in requests), strict=True))
     # the nearest boundary pixel of B found for each cell's parent (NaN: none yet): the
     # distance to it bounds D from above, which settles many cells without a query
     hint = np.full((cr.size, 2), math.nan)
@@ -439,7 +455,7 @@ def _with_overlap(
             a.crop[r0 - a.row0 : r1 - a.row0 + 1, c0 - a.col0 : c1 - a.col0 + 1]
             & b.crop[r0 - b.row0 : r1 - b.row0 + 1, c0 - b.col0 : c1 - b.col0 + 1]
         )
-        orow, ocol = np.nonzero(both)
+        orow, ocol = _nonzero(both)
         if orow.size:
             width = padded.shape[1]
             flat = np.union1d(rows * width + cols, (orow + r0 - a.row0) * width + (ocol + c0 - a.col0))
