@@ -22,6 +22,13 @@ from scipy.spatial import cKDTree
 
 BoolMask = NDArray[np.bool_]
 
+_TURNS = 64
+"""Number of directions of ``MaskStats.support`` (one every 360/64 degrees)."""
+_DIRECTIONS = np.column_stack(
+    (np.sin(np.arange(_TURNS) * (2 * math.pi / _TURNS)), np.cos(np.arange(_TURNS) * (2 * math.pi / _TURNS)))
+)
+"""Unit vectors n_k = (sin, cos) of the angles 2 pi k / _TURNS, as (row, col) components."""
+
 
 @dataclass(frozen=True, eq=False)
 class MaskStats:
@@ -86,6 +93,16 @@ class MaskStats:
         time of SciPy's default on a few hundred points and answer the same distances.
         """
         return cKDTree(self.boundary_points, compact_nodes=False, balanced_tree=False)
+
+    @cached_property
+    def support(self) -> NDArray[np.float64]:
+        """h_k = max over boundary pixels q of n_k . q for the unit vectors ``_DIRECTIONS`` n_k.
+
+        Every pixel of the mask lies in the half-plane n_k . x <= h_k, so for any point c
+        n_k . c - h_k <= d(c, mask): lower bounds of distances that need no k-d tree call.
+        """
+        out: NDArray[np.float64] = (self.boundary_points @ _DIRECTIONS.T).max(axis=0)
+        return out
 
     @cached_property
     def pyramid(self) -> list[BoolMask]:
@@ -155,6 +172,29 @@ class BoundaryIndex:
             unique.setdefault(id(m), m)
         self._slot = {key: k for k, key in enumerate(unique)}
         self._members = list(unique.values())
+        self._support: NDArray[np.float64] | None = None
+
+    def lower_bound(
+        self, points: NDArray[np.float64], toward: NDArray[np.float64], slots: NDArray[np.intp]
+    ) -> NDArray[np.float64]:
+        """A lower bound of the distance from each point to the boundary of mask ``slots[i]``.
+
+        max over the three directions n_k of ``_DIRECTIONS`` nearest to that of
+        ``points[i] - toward[i]`` of n_k . p - h_k (``MaskStats.support``); exact up to
+        rounding when the nearest boundary pixel lies along one of them, and valid whatever
+        ``toward`` is (a good choice is a boundary pixel near the nearest one).
+        """
+        if self._support is None:
+            self._support = np.stack([m.support for m in self._members])
+        vr, vc = points[:, 0] - toward[:, 0], points[:, 1] - toward[:, 1]
+        nearest = np.rint(np.arctan2(vr, vc) * (_TURNS / (2 * math.pi))).astype(np.intp)
+        row = slots * _TURNS
+        best = np.full(points.shape[0], -math.inf)
+        for step in (-1, 0, 1):
+            k = (nearest + step) % _TURNS
+            bound = points[:, 0] * _DIRECTIONS[k, 0] + points[:, 1] * _DIRECTIONS[k, 1] - self._support.ravel()[row + k]
+            np.maximum(best, bound, out=best)
+        return best
 
     def slot(self, mask: MaskStats) -> int:
         """The number of ``mask`` in this index (it must be one the index was built over)."""
@@ -401,11 +441,25 @@ def facing_surfaces(
         # coordinates are exact and the margin covers the last bit of SciPy's square root,
         # so a cell settled here is one the exact distance would have put inside as well
         hr, hc = cy - hint[:, 0], cx - hint[:, 1]
-        settled = np.sqrt(hr * hr + hc * hc) + reach <= lim - _MARGIN  # NaN compares False
-        ask = ~settled
+        upper = np.sqrt(hr * hr + hc * hc)  # NaN without a hint
+        settled = upper + reach <= lim - _MARGIN  # NaN compares False
+        # a lower bound of D (B's support function, see ``BoundaryIndex.lower_bound``) settles
+        # cells the other way: beyond limit + reach they are out; beyond limit - reach and,
+        # by the hint, within limit + reach they are undecided (split) -- both as the exact
+        # distance would have decided, the margin covering the bound's rounding
+        out = np.zeros(cr.size, dtype=bool)
+        split = np.zeros(cr.size, dtype=bool)
+        open_ = np.flatnonzero(~settled & ~np.isnan(upper))
+        if open_.size:
+            centres = np.column_stack((cy[open_], cx[open_]))
+            low = index.lower_bound(centres, hint[open_], shift[req[open_]]) - _MARGIN
+            out[open_] = low - reach > lim[open_]
+            if size > 1:
+                split[open_] = (low + reach > lim[open_]) & (upper[open_] - reach <= lim[open_])
+        ask = ~(settled | out | split)
         # farther than every limit + reach: out whatever the exact distance (inf from the tree)
-        dist = np.zeros(cr.size)
-        found_at = np.full((cr.size, 2), math.nan)
+        dist = np.full(cr.size, math.inf)
+        found_at = hint.copy()  # a split cell's children keep its hint
         dist[ask], found_at[ask] = index.nearest_points(
             np.column_stack((cy[ask], cx[ask])), shift[req[ask]], _above(float(limits.max()) + reach)
         )
@@ -422,7 +476,7 @@ def facing_surfaces(
             found_q.append(pq[occupied])
             found_r.append(pr[occupied])
             found_c.append(pc[occupied])
-        unsure = ~inside & (dist - reach <= lim)
+        unsure = split | (~inside & (dist - reach <= lim))
         f = size // _CELL_SIZES[level + 1]
         kq, kr, kc = _children(req[unsure], cr[unsure], cc[unsure], f)
         occupied = flat[level + 1][offset[level + 1][kq] + kr * width[level + 1][kq] + kc]
