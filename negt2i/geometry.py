@@ -6,8 +6,8 @@ count; gap = minimum Euclidean distance between pixel centres of two masks (0
 when they overlap); R = (sqrt(|A|/pi) + sqrt(|B|/pi)) / 2.
 
 Everything works inside bounding boxes: a mask's statistics are computed once
-(``MaskStats``), gaps from boundary pixels with a k-d tree, and distance
-transforms only over a window around the other mask.
+(``MaskStats``), gaps from boundary pixels with a k-d tree, and facing surfaces
+from an occupancy pyramid classified against it (no distance transform).
 """
 
 from __future__ import annotations
@@ -234,13 +234,14 @@ def _above(value: float) -> float:
 
 
 def gaps(pairs: list[tuple[MaskStats, MaskStats]], index: BoundaryIndex | None = None) -> list[float]:
-    """``gap`` of each pair, all pairs advancing together (one k-d tree call per round and tree).
+    """``gap`` of each pair, all pairs advancing together (one k-d tree call per round).
 
     The closest pair always lies on the two masks' 4-boundaries. Each pair is measured
-    from the mask that appears in fewer pairs towards the tree of the one that appears
-    in more (the gap is symmetric), so a star prompt's pairs all query the subject's
-    tree. The querying mask's boundary pixels are ordered by their distance to the other
-    mask's bounding box (a lower bound of their distance to it) and asked in chunks of
+    from the mask that appears in fewer pairs towards the one that appears in more (the
+    gap is symmetric), so a star prompt's pairs all measure against the subject. The
+    querying mask's boundary pixels are ordered by a lower bound of their distance to the
+    other mask (the larger of the distances to its bounding box and to its support
+    half-planes in 16 directions, ``MaskStats.support``) and asked in chunks of
     ``_GAP_CHUNK``; a pair is done once no remaining pixel's bound is below its best.
     """
     uses: dict[int, int] = {}
@@ -376,7 +377,13 @@ def facing_surfaces(
     holds no facing pixel, one with D <= limit - (s - 1) / sqrt(2) only facing
     pixels. Cells of A's occupancy pyramid (32, 8, 4, 2 px) are classified from
     their centres with a k-d tree over B's boundary, undecided cells are split, and
-    only the pixels of undecided 2 px cells are measured one by one.
+    only the pixels of undecided 2 px cells are measured one by one. Most cells need
+    no query: the distance to the pixel of B found for the parent cell bounds D from
+    above (settles "inside"), and the distance to B's support half-plane in the
+    direction away from that pixel bounds it from below (settles "outside", and
+    "undecided" together with the upper bound). Bounds only skip queries: each cell is
+    decided as its exact D would decide it, so the pixels and their order are those of
+    querying every cell.
 
     All requests advance level by level together: their cells live in one set of
     arrays (with the request each belongs to), so a level costs one k-d tree call
@@ -532,8 +539,9 @@ class FacingPair:
 def facing_pairs(pairs: list[tuple[MaskStats, MaskStats]], window: float) -> list[FacingPair]:
     """g, F_A and F_B (limit g + window) of every pair of one image, with one k-d tree for all.
 
-    A star prompt's pairs share the subject, so batching them turns ~60 small k-d tree
-    calls into 7 (two for the gaps, five for the surfaces). No mask may be empty.
+    One k-d tree over the boundaries of all the masks (``BoundaryIndex``) answers every
+    query: a star prompt's four pairs cost one call per gap round (usually one) and one
+    per pyramid level of the eight surfaces. No mask may be empty.
     """
     if not pairs:
         return []
