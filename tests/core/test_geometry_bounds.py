@@ -84,7 +84,8 @@ def test_bound_from_the_nearest_pixel_is_tight_on_a_disk() -> None:
 
 def _reference(mask: np.ndarray) -> tuple[int, int, int, int, int, float, float]:
     ys, xs = np.nonzero(mask)
-    return (int(ys.min()), int(ys.max()), int(xs.min()), int(xs.max()), int(ys.size), float(ys.mean()), float(xs.mean()))
+    box = (int(ys.min()), int(ys.max()), int(xs.min()), int(xs.max()))
+    return (*box, int(ys.size), float(ys.mean()), float(xs.mean()))
 
 
 @settings(max_examples=60, deadline=None)
