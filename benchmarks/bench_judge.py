@@ -9,8 +9,9 @@ Run: ``make bench`` or ``.venv/bin/python benchmarks/bench_judge.py [--repeats N
 ``--baseline REV`` also times the ``negt2i`` package of git revision REV (exported from this
 repository to a temporary directory under the name ``negt2i_baseline``) on the same images,
 interleaved with this tree's judge (alternating which goes first), and prints both medians, the
-ratio this / baseline, and whether the two verdicts of every image are identical. On a shared
-machine that ratio, measured in one run, is the figure to read; absolute times swing with load::
+ratio this / baseline, and whether the two verdicts of every image record the same values (on the
+fields both revisions have; numbers bit for bit). On a shared machine that ratio, measured in one
+run, is the figure to read; absolute times swing with load::
 
     .venv/bin/python benchmarks/bench_judge.py --baseline main --repeats 200
 """
@@ -18,6 +19,7 @@ machine that ratio, measured in one run, is the figure to read; absolute times s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import io
 import os
@@ -134,6 +136,24 @@ def cases(pkg: SimpleNamespace) -> list[tuple[str, object, list[Any]]]:
     return out
 
 
+def same_record(a: Any, b: Any) -> bool:
+    """Two verdicts (or parts of them) record the same values: models, dataclasses and dicts compared on the
+    fields both have (a revision may have added fields), everything else by ``repr`` (numbers bit for bit)."""
+    if hasattr(a, "model_dump") and hasattr(b, "model_dump"):  # pydantic models (the verdicts)
+        a, b = a.model_dump(), b.model_dump()
+    elif dataclasses.is_dataclass(a) and dataclasses.is_dataclass(b):
+        a, b = _fields(a), _fields(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return all(same_record(a[k], b[k]) for k in a.keys() & b.keys())
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_record(x, y) for x, y in zip(a, b, strict=True))
+    return repr(a) == repr(b)
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+
 def timed(judge: Callable[..., Any], prompt: object, perception: object, cpu: list[float], wall: list[float]) -> None:
     c0, t0 = time.thread_time(), time.perf_counter()
     judge(prompt, perception)
@@ -183,7 +203,7 @@ def main() -> None:
                 print(f"{name:<14}{med:>15.2f}{p90:>12.2f}{statistics.median(wall):>16.2f}")
                 continue
             same = all(
-                repr(this.verdict.judge(prompt, p)) == repr(base.verdict.judge(other[1], q))  # type: ignore[union-attr]
+                same_record(this.verdict.judge(prompt, p), base.verdict.judge(other[1], q))  # type: ignore[union-attr]
                 for p, q in zip(percs, other[2], strict=True)
             )
             base_med = statistics.median(base_cpu)
