@@ -19,10 +19,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
-from negt2i.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
-from negt2i.spec import parse_prompt
-from negt2i.verdict import judge
-from negt2i.vocab import COLOR_ANSWERS, PREDICATES, Category
+from negt2i.core.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
+from negt2i.core.spec import parse_prompt
+from negt2i.core.verdict import judge
+from negt2i.core.vocab import COLOR_ANSWERS, PREDICATES, Category
 
 SIZE = 1024
 CLASSES = ("laptop", "zebra", "backpack", "surfboard", "carrot")
