@@ -25,12 +25,12 @@ FOLDER_MODULES = tuple(
     sorted(f"negt2i.core.{info.name}" for info in pkgutil.iter_modules(negt2i.core.__path__) if not info.ispkg)
 )
 
-#: Core modules that stay in their mixed packages: the results tally and summary (``metrics.records``,
-#: ``metrics.totals``, ``metrics.report``: the report's text and numbers, next to the plotting and HTML
-#: writers that need matplotlib) and the run loop's pure half (``run.jobs``: discovery and resume;
-#: ``run.output``: the one results line maker and tally), next to the stream submitter that needs grpc.
-#: Moving them would split each package's one concern over two folders; the README's layout map and
-#: docs/architecture.md name them as core.
+#: Core modules that stay in their mixed packages, next to their shells: ``metrics.records`` (results
+#: lines as metric rows), ``metrics.totals`` (the one accuracy line) and ``metrics.report``
+#: (``build_report``), beside plot writers that need matplotlib; ``run.jobs`` (jobs, discovery, resume)
+#: and ``run.output`` (the one results line maker and tally), beside the gRPC stream submitter. Moving
+#: them would split each package's one concern over two folders; the README's layout map and
+#: docs/architecture.md ("Core") name them as core.
 EXTRA_CORE_MODULES = (
     "negt2i.metrics.records",
     "negt2i.metrics.totals",
