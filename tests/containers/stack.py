@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             n = submit_and_compare(target, demo, embedded, tmp / "submitted.jsonl", "synthetic-palette-v1")
             log(f"  {n}/{n} lines identical to negt2i evaluate")
 
-        from negt2i.spec import parse_prompt
+        from negt2i.core.spec import parse_prompt
 
         first = json.loads((demo / "00000" / "metadata.jsonl").read_text().splitlines()[0])
         image = sorted((demo / "00000" / "samples").iterdir())[0].read_bytes()
