@@ -44,7 +44,7 @@ from typing import Any, Final
 
 import grpc
 
-from negt2i.failures import Code
+from negt2i.core.failures import Code
 from negt2i.wire import errors
 from negt2i.wire.v1 import evaluator_pb2
 
@@ -417,7 +417,7 @@ def _status(code: Code, reason: str, message: str) -> Any:
     """A ``grpc.Status`` with the rich error model."""
     from grpc_status import rpc_status
 
-    from negt2i.failures import Failure, FailureKind
+    from negt2i.core.failures import Failure, FailureKind
 
     failure = Failure(FailureKind.STAGE_ERROR, message, code=code, reason=reason)
     return rpc_status.to_status(errors.to_status(failure, message))
