@@ -80,3 +80,35 @@ def test_an_oversized_message_is_answered_without_being_parsed() -> None:
     assert isinstance(small, evaluator_pb2.EvaluateRequest) and small.request_id == "s"
     broken = parse(b"\x0a\xff" + b"x" * 2000)
     assert isinstance(broken, guard.BadMessage) and not broken.too_large and "not a valid" in broken.reason
+
+
+def test_heap_trim_waits_for_calls_to_stop_and_still_trims_under_constant_traffic() -> None:
+    """``HeapTrim``: pokes while calls keep ending are folded into one trim once none has ended for the
+    interval, and under constant traffic a trim still happens every 4 intervals."""
+    import asyncio
+
+    async def scenario() -> tuple[int, int, int]:
+        loop = asyncio.get_running_loop()
+        trims: list[int] = []
+        heap = guard.HeapTrim(0.05)
+
+        def trim(pad: int) -> int:
+            trims.append(pad)
+            return 1
+
+        heap._trim = trim
+        for _ in range(3):
+            heap.poke()
+            await asyncio.sleep(0.01)
+        during = len(trims)
+        await asyncio.sleep(0.3)
+        quiet = len(trims)
+        end = loop.time() + 0.6
+        while loop.time() < end:  # a call ends every 10 ms
+            heap.poke()
+            await asyncio.sleep(0.01)
+        return during, quiet, len(trims) - quiet
+
+    during, quiet, busy = asyncio.run(scenario())
+    assert (during, quiet) == (0, 1)
+    assert 1 <= busy <= 4, busy
