@@ -7,6 +7,7 @@ the server's resident memory (``VmRSS``; the peak from ``VmHWM``, reset after st
 
 - ``unauthenticated``: a token is configured; ``--calls`` concurrent calls of ``--mb`` MB each, sent without
   it, on one connection (where gRPC's automatic flow-control window grows most);
+- ``health``: the same calls to ``grpc.health.v1.Health/Check`` (which needs no token), one connection each;
 - ``authenticated``: the same calls with the token, one connection each (the messages, over
   ``max_message_bytes`` but under the transport limit, are received and answered MESSAGE_TOO_LARGE);
 - ``throughput``: a 4096 x 4096 PNG (``--image``, else one of about 20 MiB is drawn) sent 16 times, 4 calls at
@@ -46,6 +47,7 @@ BEFORE = "0b80ddd"
 """main before the change (issue 31, item 6)."""
 MIB = 1 << 20
 METHOD = "/negt2i.v1.Evaluator/Evaluate"
+HEALTH = "/grpc.health.v1.Health/Check"
 TOKEN = "bench-token"
 
 
@@ -127,9 +129,9 @@ def request_bytes(size: int, request_id: str = "big", prompt_id: str = "bench-no
 
 
 def burst(target: str, message: bytes, calls: int, *, token: str = "", connections: int = 1, at_once: int = 0,
-          timeout: float = 120.0) -> collections.Counter[str]:  # fmt: skip
-    """``calls`` unary Evaluate calls of the encoded ``message``, ``at_once`` at a time (0: all), spread over
-    ``connections`` connections; the count of each answer's status code."""
+          timeout: float = 120.0, method: str = METHOD) -> collections.Counter[str]:  # fmt: skip
+    """``calls`` unary calls of ``method`` (Evaluate) with the encoded ``message``, ``at_once`` at a time (0:
+    all), spread over ``connections`` connections; the count of each answer's status code."""
     import grpc
 
     options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
@@ -146,7 +148,7 @@ def burst(target: str, message: bytes, calls: int, *, token: str = "", connectio
                 if not left:
                     return
                 i = left.pop()
-            call = channels[i % len(channels)].unary_unary(METHOD)
+            call = channels[i % len(channels)].unary_unary(method)
             try:
                 call(message, timeout=timeout, metadata=metadata)
                 code = "OK"
@@ -182,14 +184,17 @@ def png_4096() -> bytes:
 
 def documented(calls: int, size: int, *, max_message_bytes: int = 32 * MIB, max_receiving: int = 2,
                window: int = 64 * 1024) -> dict[str, float]:  # fmt: skip
-    """The bounds of docs/services.md ("Memory") on the growth ``calls`` concurrent unary calls of ``size``
-    bytes can cause, MiB (defaults: the default settings): ``unauthenticated`` (calls without the token: one
-    stream window each, plus 4 MiB), ``authenticated`` (``3 x max_receiving + 2`` messages of up to the
-    transport limit, plus a window per waiting call and 16 MiB)."""
+    """The bounds of docs/services.md ("Memory") on the growth ``calls`` concurrent calls of ``size`` bytes can
+    cause, MiB (defaults: the default settings): ``unauthenticated`` (Evaluator calls without the token: one
+    stream window each, plus 4 MiB), ``health`` (health checks, which need no token: one message at a time, 4 x
+    its size, the 64 MiB of free heap kept before a trim and 16 MiB), ``authenticated`` (unary calls with the
+    token: ``3 x max_receiving + 1`` messages of up to the transport limit, the 64 MiB of free heap kept before
+    a trim, a window per waiting call and 16 MiB)."""
     message = min(size, 2 * max_message_bytes)
     return {
         "unauthenticated": (4 * MIB + calls * window) / MIB,
-        "authenticated": ((3 * min(calls, max_receiving) + 2) * message + calls * window + 16 * MIB) / MIB,
+        "health": (4 * message + 64 * MIB + 16 * MIB) / MIB,
+        "authenticated": ((3 * min(calls, max_receiving) + 1) * message + 64 * MIB + calls * window + 16 * MIB) / MIB,
     }
 
 
@@ -227,11 +232,14 @@ def main(argv: list[str] | None = None) -> int:
             trees["before"] = _tree(a.before, tmp / "before")
         rows: dict[str, dict[str, tuple[float, float, str]]] = {name: {} for name in trees}
         for name, tree in trees.items():
-            for case, token, connections in (("unauthenticated", "", 1), ("authenticated", TOKEN, a.calls)):
+            cases = (("unauthenticated", "", 1, METHOD), ("health", "", a.calls, HEALTH),
+                     ("authenticated", TOKEN, a.calls, METHOD))  # fmt: skip
+            for case, token, connections, method in cases:
                 with start(env, tmp, tree) as server:
                     time.sleep(1.0)
                     peak, after, codes = measure(server.pid, functools.partial(
-                        burst, server.target, message, a.calls, token=token, connections=connections))  # fmt: skip
+                        burst, server.target, message, a.calls, token=token, connections=connections,
+                        method=method))  # fmt: skip
                     rows[name][case] = (peak, after, str(dict(codes)))  # type: ignore[call-overload]
         rates: dict[str, list[float]] = {name: [] for name in trees}
         answers: dict[str, collections.Counter[str]] = {name: collections.Counter() for name in trees}
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     bound = documented(a.calls, size)
     print(f"{a.calls} concurrent calls of {a.mb:g} MB; orchestrator resident memory growth, MiB")
     print(f"{'case':<16} {'tree':<7} {'peak':>8} {'after':>8} {'documented':>11}  answers")
-    for case in ("unauthenticated", "authenticated"):
+    for case in ("unauthenticated", "health", "authenticated"):
         for name in rows:
             peak, after, codes = rows[name][case]
             doc = f"{bound[case]:.0f}" if name == "after" else ""
@@ -255,10 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         runs = ", ".join(f"{r:.0f}" for r in rates[name])
         print(f"{'throughput':<16} {name:<7} {statistics.median(rates[name]):>8.0f}   ({runs})  {dict(answers[name])}")
     if "before" in rows:
-        r = {c: rows["after"][c][0] / max(rows["before"][c][0], 1e-9) for c in ("unauthenticated", "authenticated")}
+        r = {
+            c: rows["after"][c][0] / max(rows["before"][c][0], 1e-9)
+            for c in ("unauthenticated", "health", "authenticated")
+        }
         t = statistics.median(rates["after"]) / statistics.median(rates["before"])
-        print(f"ratios after/before: peak unauthenticated {r['unauthenticated']:.2f}, peak authenticated "
-              f"{r['authenticated']:.2f}, throughput {t:.2f}")  # fmt: skip
+        print(f"ratios after/before: peak unauthenticated {r['unauthenticated']:.2f}, health {r['health']:.2f}, "
+              f"authenticated {r['authenticated']:.2f}, throughput {t:.2f}")  # fmt: skip
     return 0
 
 

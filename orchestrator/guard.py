@@ -37,6 +37,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import inspect
 import traceback
 import unicodedata
 from collections.abc import Callable
@@ -241,35 +243,100 @@ def transport_options(max_message_bytes: int, call_buffer_bytes: int) -> list[tu
     return options
 
 
+PROBE_RECEIVE_S: Final = 2.0
+"""How long a health check's message may take to arrive, and to wait for its place (``CallLimit``)."""
+
+
+class Places:
+    """At most ``count`` request messages being received at once (see the module docstring)."""
+
+    def __init__(self, count: int, receive_timeout_s: float, max_wait_s: float, what: str) -> None:
+        self.count = count
+        self.receive_timeout_s = receive_timeout_s
+        self.max_wait_s = max_wait_s
+        self.what = what
+        self.receiving = 0
+        self.peak = 0
+        self.refused = 0
+        self._free: asyncio.Semaphore | None = None
+
+    async def receive(self, requests: Any, context: Any, open_calls: int, *, keep: bool = False) -> Any:
+        """The one message of ``requests``, read in one of the places: RESOURCE_EXHAUSTED (SERVER_OVERLOADED)
+        when none is free within ``max_wait_s`` (cut to the deadline), DEADLINE_EXCEEDED when the message has not
+        arrived ``receive_timeout_s`` after it was asked for. ``keep``: the place stays taken after a message was
+        received, until ``release``."""
+        if self._free is None:
+            self._free = asyncio.Semaphore(self.count)
+        left = context.time_remaining()
+        wait = max(0.0, self.max_wait_s if left is None else min(self.max_wait_s, left))
+        try:
+            await asyncio.wait_for(self._free.acquire(), wait)
+        except TimeoutError:
+            self.refused += 1
+            await context.abort_with_status(_overloaded_status(
+                f"the server is at capacity ({self.count} {self.what} being received, {open_calls} calls open; "
+                f"none could start within {wait:.1f} s); retry with backoff"))  # fmt: skip
+        self.receiving += 1
+        self.peak = max(self.peak, self.receiving)
+        iterator = requests.__aiter__()
+        received = False
+        try:
+            message = await asyncio.wait_for(iterator.__anext__(), self.receive_timeout_s)
+            received = True
+            return message
+        except StopAsyncIteration:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
+        except TimeoutError:
+            await context.abort_with_status(_status(
+                Code.DEADLINE_EXCEEDED, errors.Reason.DEADLINE_EXCEEDED,
+                f"the request message did not arrive within {self.receive_timeout_s:g} s of the server "
+                "asking for it"))  # fmt: skip
+        finally:
+            if not (keep and received):
+                self.release()
+            await iterator.aclose()  # its frame would hold the message until the call's state is collected
+
+    def release(self) -> None:
+        """Free a place taken by ``receive``."""
+        assert self._free is not None
+        self.receiving -= 1
+        self._free.release()
+
+
 class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """At most ``max_calls`` open calls of the Evaluator (health checks and reflection are not counted), and at
-    most ``max_receiving`` unary messages being received. A call is counted from the start of its handler to
-    its end, and its message is read only after it was counted: a unary method is served through a
-    request-streaming handler that checks the count, then reads the one message itself (a unary handler would
-    get the message read before it runs), once one of the ``max_receiving`` places is free. Beyond the limit,
-    or after ``max_wait_s`` (or the call's deadline) without a free place: RESOURCE_EXHAUSTED
+    most ``max_receiving`` of their unary messages being received (``Places``). A call is counted from the start
+    of its handler to its end, and its message is read only after it was counted: a unary method is served
+    through a request-streaming handler that checks the count, then reads the one message itself (a unary
+    handler would get the message read before it runs), once one of the ``max_receiving`` places is free.
+    Beyond the limit, or after ``max_wait_s`` (or the call's deadline) without a free place: RESOURCE_EXHAUSTED
     (SERVER_OVERLOADED, the rich error model: clients retry it) without reading anything; a message still not
     received ``receive_timeout_s`` after its place was taken: DEADLINE_EXCEEDED. Counting and uncounting happen
-    in the same ``try`` of the handler, so a call cancelled at any moment never leaves a count behind."""
+    in the same ``try`` of the handler, so a call cancelled at any moment never leaves a count behind.
+
+    Health checks need no token, so anyone who can connect may send one, of up to the transport limit: their
+    messages are read the same way, one at a time in a place of their own (``PROBE_RECEIVE_S`` to arrive and
+    to wait for it), never behind the Evaluator's uploads."""
 
     def __init__(self, max_calls: int, max_receiving: int | None = None, receive_timeout_s: float = 30.0,
                  max_wait_s: float = 60.0) -> None:  # fmt: skip
         if max_calls < 1 or (max_receiving is not None and max_receiving < 1):
             raise ValueError("max_calls and max_receiving must be at least 1")
         self.max_calls = max_calls
-        self.max_receiving = max_receiving or max_calls
-        self.receive_timeout_s = receive_timeout_s
-        self.max_wait_s = max_wait_s
         self.open = 0
         self.refused = 0
-        self.receiving = 0
-        self.peak_receiving = 0
-        self._places: asyncio.Semaphore | None = None
+        self.places = Places(max_receiving or max_calls, receive_timeout_s, max_wait_s, "messages")
+        self.probes = Places(1, PROBE_RECEIVE_S, PROBE_RECEIVE_S, "health checks")
         self.heap = HeapTrim()
 
     async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = await continuation(details)
-        if handler is None or not str(details.method).startswith("/negt2i.v1.Evaluator/"):
+        if handler is None:
+            return handler
+        method = str(details.method)
+        if method.startswith("/grpc.health.v1.Health/") and not handler.request_streaming:
+            return self._probe(handler)
+        if not method.startswith("/negt2i.v1.Evaluator/"):
             return handler
         if handler.unary_unary is None and handler.stream_stream is None:
             return handler
@@ -283,35 +350,48 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 "retry with backoff"))  # fmt: skip
         self.open += 1
 
-    async def _receive(self, requests: Any, context: Any) -> Any:
-        """The one message of a unary call, read in one of the ``max_receiving`` places."""
-        if self._places is None:
-            self._places = asyncio.Semaphore(self.max_receiving)
-        left = context.time_remaining()
-        wait = self.max_wait_s if left is None else min(self.max_wait_s, left)
-        try:
-            await asyncio.wait_for(self._places.acquire(), max(wait, 0.0))
-        except TimeoutError:
-            self.refused += 1
-            await context.abort_with_status(_overloaded_status(
-                f"the server is at capacity ({self.max_receiving} messages being received, {self.open} calls "
-                f"open; none could start within {max(wait, 0.0):.1f} s); retry with backoff"))  # fmt: skip
-        self.receiving += 1
-        self.peak_receiving = max(self.peak_receiving, self.receiving)
-        iterator = requests.__aiter__()
-        try:
-            return await asyncio.wait_for(iterator.__anext__(), self.receive_timeout_s)
-        except StopAsyncIteration:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
-        except TimeoutError:
-            await context.abort_with_status(_status(
-                Code.DEADLINE_EXCEEDED, errors.Reason.DEADLINE_EXCEEDED,
-                f"the request message did not arrive within {self.receive_timeout_s:g} s of the server "
-                "asking for it"))  # fmt: skip
-        finally:
-            self.receiving -= 1
-            self._places.release()
-            await iterator.aclose()  # its frame would hold the message until the call's state is collected
+    def _probe(self, handler: Any) -> Any:
+        """A health method (unary request) served through a request-streaming handler that reads its message in
+        the probes' place."""
+        kw = {"request_deserializer": handler.request_deserializer,
+              "response_serializer": handler.response_serializer}  # fmt: skip
+        if handler.unary_unary is not None:
+            inner = handler.unary_unary
+
+            async def check(requests: Any, context: Any) -> Any:
+                try:
+                    request = await self.probes.receive(requests, context, self.open, keep=True)
+                    try:  # the place is held until the answer: one health message in memory at a time
+                        return await inner(request, context)
+                    finally:
+                        del request
+                        self.probes.release()
+                except BaseException as exc:  # NOT_FOUND is an abort: its frames would keep the request
+                    _forget(exc)
+                    raise
+                finally:
+                    self.heap.poke()
+
+            return grpc.stream_unary_rpc_method_handler(check, **kw)
+        inner_stream = handler.unary_stream
+
+        async def watch(requests: Any, context: Any) -> None:
+            try:
+                request = await self.probes.receive(requests, context, self.open)
+            finally:
+                self.heap.poke()
+            try:
+                result = inner_stream(request, context)
+                if inspect.isasyncgen(result):
+                    async for response in result:
+                        await context.write(response)
+                else:
+                    await result
+            except BaseException as exc:
+                _forget(exc)
+                raise
+
+        return grpc.stream_stream_rpc_method_handler(watch, **kw)
 
     def _counted(self, handler: Any) -> Any:
         kw = {"request_deserializer": handler.request_deserializer,
@@ -322,7 +402,7 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             async def unary(requests: Any, context: Any) -> Any:
                 await self._admit(context)
                 try:
-                    request = await self._receive(requests, context)
+                    request = await self.places.receive(requests, context, self.open)
                     try:
                         return await inner(request, context)
                     finally:
@@ -355,21 +435,24 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 class HeapTrim:
     """Give the heap memory freed by finished calls back to the system (glibc's ``malloc_trim``, on a worker
-    thread) once no call has ended for ``interval_s``. gRPC core receives a message in many small buffers spread
-    over glibc's per-thread arenas; once freed they stay in the process (16 x 60 MB calls left +486 MiB
-    resident; a few MiB with the trim). While calls keep ending the freed memory is mostly reused rather than
-    trimmed (at most one trim per ``4 x interval_s``): a trim after every call would make each large message
-    fault its pages in afresh. A no-op where the C library has no ``malloc_trim`` (musl, macOS)."""
+    thread). gRPC core receives a message in many small buffers spread over glibc's per-thread arenas; once
+    freed they stay in the process, and a later message received on another thread does not reuse them (16 x 60
+    MB calls left +486 MiB resident; health checks read one at a time still grew it by 700 MiB). While calls
+    end, the free heap (``mallinfo2``) is checked every ``interval_s`` / 5 and trimmed once it is over
+    ``max_free`` bytes; ``interval_s`` after the last call it is trimmed whatever its size. Trimming after every
+    call instead would make each large message fault its pages in afresh. A no-op where the C library has no
+    ``malloc_trim`` (musl, macOS); without ``mallinfo2`` (glibc < 2.33) every check trims."""
 
-    def __init__(self, interval_s: float = 0.5) -> None:
+    def __init__(self, interval_s: float = 0.5, max_free: int = 64 << 20) -> None:
         self.interval_s = interval_s
+        self.max_free = max_free
         self.trims = 0
-        self._trim = _malloc_trim()
+        self._trim, self._free = _malloc_functions()
         self._pending: asyncio.Task[None] | None = None
         self._last = 0.0
 
     def poke(self) -> None:
-        """A call that held a received message ended: trim once none has ended for ``interval_s``."""
+        """A call that held a received message ended."""
         if self._trim is None:
             return
         loop = asyncio.get_running_loop()
@@ -377,28 +460,52 @@ class HeapTrim:
         if self._pending is None or self._pending.done():
             self._pending = loop.create_task(self._run())
 
+    def _check(self) -> None:
+        """Trim when the free heap is over ``max_free`` (a worker thread's job: both walk every arena)."""
+        if self._trim is not None and (self._free is None or self._free() > self.max_free):
+            self._trim(0)
+            self.trims += 1
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        latest = loop.time() + 4 * self.interval_s  # under constant traffic, still trim every 2 s
-        while (quiet := loop.time() - self._last) < self.interval_s and loop.time() < latest:
-            await asyncio.sleep(min(self.interval_s - quiet, latest - loop.time()))
+        while (quiet := loop.time() - self._last) < self.interval_s:
+            await asyncio.sleep(min(self.interval_s - quiet, self.interval_s / 5))
+            await asyncio.to_thread(self._check)
         if self._trim is not None:
             await asyncio.to_thread(self._trim, 0)
             self.trims += 1
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` through ctypes, None when the C library has none."""
-    import ctypes
+class _MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2``."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                     "keepcost")
+    ]  # fmt: skip
+
+
+def _malloc_functions() -> tuple[Callable[[int], int] | None, Callable[[], int] | None]:
+    """glibc's ``malloc_trim`` and the free heap bytes (``mallinfo2().fordblks``) through ctypes; None for what
+    the C library lacks."""
     import ctypes.util
 
-    name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         trim: Callable[[int], int] = libc.malloc_trim
     except (OSError, AttributeError):
-        return None
-    return trim
+        return None, None
+    try:
+        info = libc.mallinfo2
+    except AttributeError:
+        return trim, None
+    info.restype = _MallInfo2
+
+    def free() -> int:
+        return int(info().fordblks)
+
+    return trim, free
 
 
 def _forget(exc: BaseException) -> None:

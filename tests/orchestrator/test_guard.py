@@ -82,33 +82,29 @@ def test_an_oversized_message_is_answered_without_being_parsed() -> None:
     assert isinstance(broken, guard.BadMessage) and not broken.too_large and "not a valid" in broken.reason
 
 
-def test_heap_trim_waits_for_calls_to_stop_and_still_trims_under_constant_traffic() -> None:
-    """``HeapTrim``: pokes while calls keep ending are folded into one trim once none has ended for the
-    interval, and under constant traffic a trim still happens every 4 intervals."""
+def test_heap_trim_trims_when_calls_stop_or_when_the_free_heap_is_over_its_bound() -> None:
+    """``HeapTrim``: while calls keep ending, a trim only when the free heap is over ``max_free``; once none has
+    ended for the interval, one trim whatever the free heap."""
     import asyncio
 
-    async def scenario() -> tuple[int, int, int]:
+    async def scenario(free_bytes: int) -> tuple[int, int]:
         loop = asyncio.get_running_loop()
         trims: list[int] = []
-        heap = guard.HeapTrim(0.05)
+        heap = guard.HeapTrim(0.05, max_free=100)
 
         def trim(pad: int) -> int:
             trims.append(pad)
             return 1
 
-        heap._trim = trim
-        for _ in range(3):
-            heap.poke()
-            await asyncio.sleep(0.01)
-        during = len(trims)
-        await asyncio.sleep(0.3)
-        quiet = len(trims)
-        end = loop.time() + 0.6
+        heap._trim, heap._free = trim, lambda: free_bytes
+        end = loop.time() + 0.4
         while loop.time() < end:  # a call ends every 10 ms
             heap.poke()
             await asyncio.sleep(0.01)
-        return during, quiet, len(trims) - quiet
+        busy = len(trims)
+        await asyncio.sleep(0.3)
+        return busy, len(trims) - busy
 
-    during, quiet, busy = asyncio.run(scenario())
-    assert (during, quiet) == (0, 1)
-    assert 1 <= busy <= 4, busy
+    assert asyncio.run(scenario(10)) == (0, 1)
+    busy, after = asyncio.run(scenario(1000))
+    assert busy >= 2 and after >= 1, (busy, after)

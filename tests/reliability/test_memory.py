@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from benchmarks.bench_memory import METHOD, TOKEN, burst, documented, measure, request_bytes, rss, start
+from benchmarks.bench_memory import METHOD, TOKEN, burst, documented, measure, request_bytes, start
 
 pytestmark = [
     pytest.mark.xdist_group("reliability"),
@@ -41,21 +41,40 @@ def test_calls_without_the_token_cost_one_stream_window_each(tmp_path: Path) -> 
 
 def test_unary_messages_are_received_a_few_at_a_time_and_their_memory_returns(tmp_path: Path) -> None:
     """16 concurrent 15 MB calls with the token, one connection each, over NEGT2I_MAX_MESSAGE_BYTES (8 MiB) but
-    under the transport limit: all are read and answered RESOURCE_EXHAUSTED (MESSAGE_TOO_LARGE), at most
-    NEGT2I_MAX_RECEIVING (2) at a time, so the peak stays under the documented (3 x 2 + 2) x 15 MB + 17 MiB
-    (before: 198-262 MiB, every message received at once), and 1.5 s later the memory is back with the system
-    (before: 143-234 MiB kept)."""
+    under the transport limit: all are read and answered RESOURCE_EXHAUSTED (MESSAGE_TOO_LARGE), one at a time
+    (NEGT2I_MAX_RECEIVING=1), so the peak stays under the documented (3 x 1 + 1) x 15 MB + 81 MiB (before:
+    198-262 MiB, every message received at once), and 1.5 s later the memory is back with the system (before:
+    143-234 MiB kept)."""
     calls, size = 16, 15 * MB
-    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_MESSAGE_BYTES": str(8 << 20), "NEGT2I_MAX_RECEIVING": "2"}
+    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_MESSAGE_BYTES": str(8 << 20), "NEGT2I_MAX_RECEIVING": "1"}
     with start(env, tmp_path) as server:
         time.sleep(0.5)
         peak, after, codes = measure(server.pid, functools.partial(
             burst, server.target, request_bytes(size), calls, token=TOKEN, connections=calls))  # fmt: skip
         assert codes == {"RESOURCE_EXHAUSTED": calls}, server.tail()
-        bound = documented(calls, size, max_message_bytes=8 << 20, max_receiving=2)["authenticated"]
+        bound = documented(calls, size, max_message_bytes=8 << 20, max_receiving=1)["authenticated"]
         assert peak <= bound, f"grew {peak:.0f} MiB at the peak, the documented bound is {bound:.0f} MiB"
         assert after <= 64, f"{after:.0f} MiB still held 1.5 s after the calls"
-        assert rss(server.pid) > 0
+
+
+def test_health_checks_of_any_size_are_read_one_at_a_time(tmp_path: Path) -> None:
+    """Health checks need no token, so anyone may send 16 concurrent 24 MB ones: they are read one at a time
+    (the others wait 2 s for the place, then RESOURCE_EXHAUSTED), so the peak stays under the documented 4 x
+    24 MB + 80 MiB (before: every one read at once, +1.3 GiB for 16 x 60 MB), and a real health check is
+    answered afterwards."""
+    from benchmarks.bench_memory import HEALTH
+    from tests.services.live import wait_health
+
+    calls, size = 16, 24 * MB
+    with start({"NEGT2I_AUTH_TOKEN": TOKEN}, tmp_path) as server:
+        time.sleep(0.5)
+        peak, after, codes = measure(server.pid, functools.partial(
+            burst, server.target, request_bytes(size), calls, connections=calls, method=HEALTH))  # fmt: skip
+        assert set(codes) <= {"NOT_FOUND", "RESOURCE_EXHAUSTED"} and codes["NOT_FOUND"] >= 1, codes
+        bound = documented(calls, size)["health"]
+        assert peak <= bound, f"grew {peak:.0f} MiB at the peak, the documented bound is {bound:.0f} MiB"
+        assert after <= 32, f"{after:.0f} MiB still held 1.5 s after the calls"
+        assert wait_health(server.target, "NOT_SERVING", timeout=10) == "NOT_SERVING"  # stages point nowhere
 
 
 def test_a_silent_call_gives_its_place_up_after_the_receive_timeout(tmp_path: Path) -> None:
