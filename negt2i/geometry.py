@@ -95,8 +95,19 @@ class MaskStats:
         Every pixel of the mask lies in the half-plane n_k . x <= h_k, so for any point c
         n_k . c - h_k <= d(c, mask): lower bounds of distances that need no k-d tree call.
         """
-        out: NDArray[np.float64] = (self.boundary_points @ _DIRECTIONS.T).max(axis=0)
-        return out
+        return self._support_and_points[0]
+
+    @cached_property
+    def support_points(self) -> NDArray[np.float64]:
+        """(row, col) of a boundary pixel attaining each h_k of ``support``: for a convex mask, about
+        the nearest pixel to a point far out in direction n_k (any pixel gives an upper bound)."""
+        return self._support_and_points[1]
+
+    @cached_property
+    def _support_and_points(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        along = _DIRECTIONS @ self.boundary_points.T
+        best = along.argmax(axis=1)
+        return along[np.arange(_TURNS), best], self.boundary_points[best]
 
     @cached_property
     def pyramid(self) -> list[BoolMask]:
@@ -173,6 +184,7 @@ class BoundaryIndex:
         self._slot = {key: k for k, key in enumerate(unique)}
         self._members = list(unique.values())
         self._support: NDArray[np.float64] | None = None  # (mask, direction) raveled
+        self._support_points: NDArray[np.float64] | None = None  # (mask * _TURNS + direction, 2)
         self._tree: cKDTree | None = None
         self._points = np.zeros((0, 2))
         height, width = self._members[0].shape_hw if self._members else (0, 0)
@@ -205,6 +217,18 @@ class BoundaryIndex:
         second = rows * _TURN_ROW[turn] + cols * _TURN_COL[turn] - self._support[slots * span + turn]
         np.maximum(best, second, out=best)
         return best
+
+    def support_point(
+        self, away_rows: NDArray[np.float64], away_cols: NDArray[np.float64], slots: NDArray[np.intp]
+    ) -> NDArray[np.float64]:
+        """(row, col) of mask ``slots[i]``'s support pixel in the direction of ``_DIRECTIONS`` nearest to
+        (away_rows[i], away_cols[i]) (``MaskStats.support_points``): a boundary pixel, so an upper bound
+        of the distance from any point."""
+        if self._support_points is None:
+            self._support_points = np.concatenate([m.support_points for m in self._members])
+        turn = np.rint(np.arctan2(away_rows, away_cols) * (_TURNS / (2 * math.pi))).astype(np.intp) % _TURNS
+        found: NDArray[np.float64] = self._support_points[slots * _TURNS + turn]
+        return found
 
     def slot(self, mask: MaskStats) -> int:
         """The number of ``mask`` in this index (it must be one the index was built over)."""
@@ -248,54 +272,50 @@ def _above(value: float) -> float:
 
 
 def gaps(pairs: list[tuple[MaskStats, MaskStats]], index: BoundaryIndex | None = None) -> list[float]:
-    """``gap`` of each pair, all pairs advancing together (one k-d tree call per round).
+    """``gap`` of each pair, all pairs together in one k-d tree call.
 
     The closest pair always lies on the two masks' 4-boundaries. Each pair is measured
-    from the mask that appears in fewer pairs towards the one that appears in more (the
-    gap is symmetric), so a star prompt's pairs all measure against the subject. The
-    querying mask's boundary pixels are ordered by a lower bound of their distance to the
-    other mask (the larger of the distances to its bounding box and to its support
-    half-planes in 16 directions, ``MaskStats.support``) and asked in chunks of
-    ``_GAP_CHUNK``; a pair is done once no remaining pixel's bound is below its best.
+    from the mask that appears in fewer pairs (A) towards the one that appears in more (B;
+    the gap is symmetric), so a star prompt's pairs all measure against the subject. For
+    each boundary pixel p of A, L(p) <= d(p, B) <= U(p): L the largest of the distances to
+    B's bounding box, to B's support half-planes in 16 directions and to the two either
+    side of the direction from B's centroid (``MaskStats.support``), less a 1e-9 px margin
+    for rounding; U the distance to B's support pixel in that direction, a pixel of B. The
+    pixel attaining the gap g has L <= g <= min U, so only the pixels with L <= min U
+    (usually a few of several hundred) are asked; g is the exact minimum over them.
     """
     uses: dict[int, int] = {}
     for a, b in pairs:
         uses[id(a)] = uses.get(id(a), 0) + 1
         uses[id(b)] = uses.get(id(b), 0) + 1
     out = [0.0] * len(pairs)
-    todo: list[tuple[int, MaskStats, NDArray[np.float64], NDArray[np.float64], NDArray[np.intp]]] = []
+    todo: list[tuple[int, MaskStats, MaskStats]] = []
     for i, (first, second) in enumerate(pairs):
         if first.empty or second.empty:
             raise ValueError("gap of an empty mask is undefined")
-        if _overlap(first, second):
-            continue
-        a, b = (second, first) if uses[id(first)] > uses[id(second)] else (first, second)
-        pts = a.boundary_points
-        dr = np.maximum(np.maximum(b.row0 - pts[:, 0], pts[:, 0] - b.row1), 0.0)
-        dc = np.maximum(np.maximum(b.col0 - pts[:, 1], pts[:, 1] - b.col1), 0.0)
-        # the distance to B's box and to B's support half-planes in 16 directions bound D from below
-        planes = (pts @ _DIRECTIONS[::4].T - b.support[::4]).max(axis=1) - _MARGIN
-        bound = np.maximum(np.hypot(dr, dc), planes)
-        todo.append((i, b, pts, bound, np.argsort(bound, kind="stable")))
+        if not _overlap(first, second):
+            todo.append((i, *((second, first) if uses[id(first)] > uses[id(second)] else (first, second))))
     if not todo:
         return out
-    index = index or BoundaryIndex([b for _, b, *_ in todo])
-    best = [math.inf] * len(todo)
-    start = 0
-    while True:
-        groups = []
-        for k, (_, b, pts, bound, order) in enumerate(todo):
-            chunk = order[start : start + _GAP_CHUNK]
-            if chunk.size and bound[chunk[0]] < best[k]:
-                groups.append((k, pts[chunk], index.slot(b)))
-        if not groups:
-            break
-        upper = _above(max(best[k] for k, _, _ in groups)) if start else math.inf
-        found = _batched_min(index, [(p, slot) for _, p, slot in groups], upper)
-        for (k, _, _), d in zip(groups, found, strict=True):
-            best[k] = min(best[k], d)
-        start += _GAP_CHUNK
-    for (i, *_), d in zip(todo, best, strict=True):
+    index = index or BoundaryIndex([b for _, _, b in todo])
+    groups: list[tuple[NDArray[np.float64], int]] = []
+    worst = 0.0
+    for _, a, b in todo:
+        pts = a.boundary_points
+        rows, cols = pts[:, 0], pts[:, 1]
+        slots = np.full(len(pts), index.slot(b), dtype=np.intp)
+        dr = np.maximum(np.maximum(b.row0 - rows, rows - b.row1), 0.0)
+        dc = np.maximum(np.maximum(b.col0 - cols, cols - b.col1), 0.0)
+        planes = (pts @ _DIRECTIONS[::4].T - b.support[::4]).max(axis=1)
+        away_r, away_c = rows - b.cy, cols - b.cx
+        low = np.maximum(np.maximum(np.hypot(dr, dc), planes), index.lower_bound(rows, cols, away_r, away_c, slots))
+        facing = index.support_point(away_r, away_c, slots)
+        fr, fc = rows - facing[:, 0], cols - facing[:, 1]
+        upper = float(np.sqrt(fr * fr + fc * fc).min())
+        worst = max(worst, upper)
+        groups.append((pts[low - _MARGIN <= upper], index.slot(b)))
+    found = _batched_min(index, groups, _above(worst))
+    for (i, *_), d in zip(todo, found, strict=True):
         out[i] = d
     return out
 
@@ -325,9 +345,6 @@ def gap(a: MaskStats, b: MaskStats) -> float:
     pixels enter the k-d tree query (see ``gaps``). Raises ``ValueError`` on an empty mask.
     """
     return gaps([(a, b)])[0]
-
-
-_GAP_CHUNK = 32
 
 
 def mean_radius(a: MaskStats, b: MaskStats) -> float:
@@ -433,9 +450,10 @@ def facing_surfaces(
         width.append(np.array([g.shape[1] for g in grids], np.intp)[owner])
     req = np.repeat(np.arange(n), [int(np.count_nonzero(a.pyramid[0])) for a, _, _ in requests])
     cr, cc = (np.concatenate(x) for x in zip(*(_nonzero(a.pyramid[0]) for a, _, _ in requests), strict=True))
-    # the nearest boundary pixel of B found for each cell's parent (NaN: none yet): the
-    # distance to it bounds D from above, which settles many cells without a query
-    hint = np.full((cr.size, 2), math.nan)
+    # a pixel of B near each cell's nearest (the one found for its parent; at the top, B's
+    # support pixel facing the cell): the distance to it bounds D from above
+    b_centre = np.array([(b.cy, b.cx) for _, b, _ in requests], np.float64).T
+    hint = np.zeros((cr.size, 2))
     found_q: list[NDArray[np.intp]] = []
     found_r: list[NDArray[np.intp]] = []
     found_c: list[NDArray[np.intp]] = []
@@ -460,25 +478,23 @@ def facing_surfaces(
                 <= lim
             )
             cr, cc, cy, cx, req, lim, hint = cr[near], cc[near], cy[near], cx[near], req[near], lim[near], hint[near]
-        if level == 0:  # no pixel of B known yet: every cell is asked
-            settled = out = split = np.zeros(cr.size, dtype=bool)
-        else:
-            # every cell below the top has its parent's pixel of B (hint). D(c) <= |c - hint|:
-            # squared distances of these half-integer coordinates are exact and the margin
-            # covers the last bit of SciPy's square root, so a cell settled here is one the
-            # exact distance would have put inside as well
-            hr, hc = cy - hint[:, 0], cx - hint[:, 1]
-            upper = np.sqrt(hr * hr + hc * hc)
-            settled = upper + reach <= lim - _MARGIN
-            # a lower bound of D (B's support function, see ``BoundaryIndex.lower_bound``)
-            # settles cells the other way: beyond limit + reach they are out; beyond limit -
-            # reach and, by the hint, within limit + reach they are undecided (split) -- both
-            # as the exact distance would have decided, the margin covering the bound's rounding
-            low = index.lower_bound(cy, cx, hr, hc, shift[req]) - _MARGIN
-            out = ~settled & (low - reach > lim)
-            split = ~settled & ~out & (low + reach > lim) & (upper - reach <= lim)
-            if size == 1:  # a pixel is in or out
-                split[:] = False
+        if level == 0:
+            hint = index.support_point(cy - b_centre[0][req], cx - b_centre[1][req], shift[req])
+        # D(c) <= |c - hint| (hint is a pixel of B): squared distances of these half-integer
+        # coordinates are exact and the margin covers the last bit of SciPy's square root, so
+        # a cell settled here is one the exact distance would have put inside as well
+        hr, hc = cy - hint[:, 0], cx - hint[:, 1]
+        upper = np.sqrt(hr * hr + hc * hc)
+        settled = upper + reach <= lim - _MARGIN
+        # a lower bound of D (B's support function, see ``BoundaryIndex.lower_bound``) settles
+        # cells the other way: beyond limit + reach they are out; beyond limit - reach and, by
+        # the hint, within limit + reach they are undecided (split) -- both as the exact
+        # distance would have decided, the margin covering the bound's rounding
+        low = index.lower_bound(cy, cx, hr, hc, shift[req]) - _MARGIN
+        out = ~settled & (low - reach > lim)
+        split = ~settled & ~out & (low + reach > lim) & (upper - reach <= lim)
+        if level == 0 or size == 1:  # a pixel is in or out; at the top, undecided cells are asked
+            split[:] = False  # (for the nearest pixel their children start from)
         ask = ~(settled | out | split)
         # farther than every limit + reach: out whatever the exact distance (inf from the tree)
         dist = np.full(cr.size, math.inf)
