@@ -1,4 +1,4 @@
-"""The shortcuts of ``negt2i.geometry``: bounds that skip k-d tree queries and the fast mask statistics.
+"""The shortcuts of ``negt2i.core.geometry``: bounds that skip k-d tree queries and the fast mask statistics.
 
 Each is checked against the plain computation it replaces: the bounds must never contradict the
 exact distance (curved masks, where they are tight, and the image's odd widths), the statistics
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import ndimage
 
-from negt2i.geometry import BoundaryIndex, facing_surface, gap, mask_stats
+from negt2i.core.geometry import BoundaryIndex, facing_surface, gap, mask_stats
 
 H, W = 60, 69  # a width that is not a multiple of 8 (the row test's 8-pixel path does not apply)
 

@@ -26,11 +26,11 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import ndimage
 
-from negt2i.config import CURRENT, PREVIOUS, RuleConfig
-from negt2i.geometry import FacingPair, MaskStats, facing_pairs, facing_surface, gap, mask_stats, mean_radius
-from negt2i.perception import Detections
-from negt2i.spec import Polarity
-from negt2i.vocab import OVER_COUNT_EXEMPT
+from negt2i.core.config import CURRENT, PREVIOUS, RuleConfig
+from negt2i.core.geometry import FacingPair, MaskStats, facing_pairs, facing_surface, gap, mask_stats, mean_radius
+from negt2i.core.perception import Detections
+from negt2i.core.spec import Polarity
+from negt2i.core.vocab import OVER_COUNT_EXEMPT
 
 BoolMask = NDArray[np.bool_]
 Number = float | int
