@@ -272,50 +272,54 @@ def _above(value: float) -> float:
 
 
 def gaps(pairs: list[tuple[MaskStats, MaskStats]], index: BoundaryIndex | None = None) -> list[float]:
-    """``gap`` of each pair, all pairs together in one k-d tree call.
+    """``gap`` of each pair, all pairs advancing together (one k-d tree call per round).
 
     The closest pair always lies on the two masks' 4-boundaries. Each pair is measured
-    from the mask that appears in fewer pairs (A) towards the one that appears in more (B;
-    the gap is symmetric), so a star prompt's pairs all measure against the subject. For
-    each boundary pixel p of A, L(p) <= d(p, B) <= U(p): L the largest of the distances to
-    B's bounding box, to B's support half-planes in 16 directions and to the two either
-    side of the direction from B's centroid (``MaskStats.support``), less a 1e-9 px margin
-    for rounding; U the distance to B's support pixel in that direction, a pixel of B. The
-    pixel attaining the gap g has L <= g <= min U, so only the pixels with L <= min U
-    (usually a few of several hundred) are asked; g is the exact minimum over them.
+    from the mask that appears in fewer pairs towards the one that appears in more (the
+    gap is symmetric), so a star prompt's pairs all measure against the subject. The
+    querying mask's boundary pixels are ordered by a lower bound of their distance to the
+    other mask (the larger of the distances to its bounding box and to its support
+    half-planes in 16 directions, ``MaskStats.support``) and asked in chunks of
+    ``_GAP_CHUNK``; a pair is done once no remaining pixel's bound is below its best.
     """
     uses: dict[int, int] = {}
     for a, b in pairs:
         uses[id(a)] = uses.get(id(a), 0) + 1
         uses[id(b)] = uses.get(id(b), 0) + 1
     out = [0.0] * len(pairs)
-    todo: list[tuple[int, MaskStats, MaskStats]] = []
+    todo: list[tuple[int, MaskStats, NDArray[np.float64], NDArray[np.float64], NDArray[np.intp]]] = []
     for i, (first, second) in enumerate(pairs):
         if first.empty or second.empty:
             raise ValueError("gap of an empty mask is undefined")
-        if not _overlap(first, second):
-            todo.append((i, *((second, first) if uses[id(first)] > uses[id(second)] else (first, second))))
+        if _overlap(first, second):
+            continue
+        a, b = (second, first) if uses[id(first)] > uses[id(second)] else (first, second)
+        pts = a.boundary_points
+        dr = np.maximum(np.maximum(b.row0 - pts[:, 0], pts[:, 0] - b.row1), 0.0)
+        dc = np.maximum(np.maximum(b.col0 - pts[:, 1], pts[:, 1] - b.col1), 0.0)
+        # the distance to B's box and to B's support half-planes in 16 directions bound D from below
+        planes = (pts @ _DIRECTIONS[::4].T - b.support[::4]).max(axis=1) - _MARGIN
+        bound = np.maximum(np.hypot(dr, dc), planes)
+        todo.append((i, b, pts, bound, np.argsort(bound, kind="stable")))
     if not todo:
         return out
-    index = index or BoundaryIndex([b for _, _, b in todo])
-    groups: list[tuple[NDArray[np.float64], int]] = []
-    worst = 0.0
-    for _, a, b in todo:
-        pts = a.boundary_points
-        rows, cols = pts[:, 0], pts[:, 1]
-        slots = np.full(len(pts), index.slot(b), dtype=np.intp)
-        dr = np.maximum(np.maximum(b.row0 - rows, rows - b.row1), 0.0)
-        dc = np.maximum(np.maximum(b.col0 - cols, cols - b.col1), 0.0)
-        planes = (pts @ _DIRECTIONS[::4].T - b.support[::4]).max(axis=1)
-        away_r, away_c = rows - b.cy, cols - b.cx
-        low = np.maximum(np.maximum(np.hypot(dr, dc), planes), index.lower_bound(rows, cols, away_r, away_c, slots))
-        facing = index.support_point(away_r, away_c, slots)
-        fr, fc = rows - facing[:, 0], cols - facing[:, 1]
-        upper = float(np.sqrt(fr * fr + fc * fc).min())
-        worst = max(worst, upper)
-        groups.append((pts[low - _MARGIN <= upper], index.slot(b)))
-    found = _batched_min(index, groups, _above(worst))
-    for (i, *_), d in zip(todo, found, strict=True):
+    index = index or BoundaryIndex([b for _, b, *_ in todo])
+    best = [math.inf] * len(todo)
+    start = 0
+    while True:
+        groups = []
+        for k, (_, b, pts, bound, order) in enumerate(todo):
+            chunk = order[start : start + _GAP_CHUNK]
+            if chunk.size and bound[chunk[0]] < best[k]:
+                groups.append((k, pts[chunk], index.slot(b)))
+        if not groups:
+            break
+        upper = _above(max(best[k] for k, _, _ in groups)) if start else math.inf
+        found = _batched_min(index, [(p, slot) for _, p, slot in groups], upper)
+        for (k, _, _), d in zip(groups, found, strict=True):
+            best[k] = min(best[k], d)
+        start += _GAP_CHUNK
+    for (i, *_), d in zip(todo, best, strict=True):
         out[i] = d
     return out
 
@@ -345,6 +349,9 @@ def gap(a: MaskStats, b: MaskStats) -> float:
     pixels enter the k-d tree query (see ``gaps``). Raises ``ValueError`` on an empty mask.
     """
     return gaps([(a, b)])[0]
+
+
+_GAP_CHUNK = 32
 
 
 def mean_radius(a: MaskStats, b: MaskStats) -> float:
