@@ -124,8 +124,10 @@ k8s-render: setup
 container-test: setup
 	$(BIN)/python -m tests.containers.stack
 
-# The manifests themselves (k8s/overlays/cpu-dev) through `podman kube play` with a test overlay: synthetic
-# backends, a 127.0.0.1 host port per Deployment, network aliases for the Services; parity again. Needs podman.
+# The manifests themselves (k8s/overlays/cpu-dev, k8s/jobs/sweep) through `podman kube play` with a test
+# overlay: synthetic backends, a 127.0.0.1 host port per Deployment, network aliases for the Services, the
+# sweep and report Jobs as pods; parity again, for the host's submit and for the sweep's shards and report.
+# Needs podman 4.3 or newer. KEEP_IMAGES=1 keeps the images.
 container-test-kube: setup
 	$(BIN)/python -m tests.containers.kube
 

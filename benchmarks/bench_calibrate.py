@@ -2,7 +2,7 @@
 
 Calibration and the ablation never re-run a model: they re-apply the pure rules to what the stages saw
 (``negt2i evaluate --save-perception``). This runs the synthetic stages once over the demo images, then times
-``negt2i.rejudge`` over the whole saved set for three kinds of candidate:
+``negt2i.core.rejudge`` over the whole saved set for three kinds of candidate:
 
 - detection candidates (presence / counting thresholds: objects only, statements skipped, as ``--fit detection``);
 - full candidates (every statement re-measured: relations and attributes, as ``--fit relations`` and the ablation);
@@ -26,8 +26,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from negt2i.ablate import VARIANTS, variant_config
 from negt2i.calibrate import with_values
 from negt2i.cli import main as cli
-from negt2i.config import CURRENT, PREVIOUS
-from negt2i.rejudge import load_saved
+from negt2i.core.config import CURRENT, PREVIOUS
+from negt2i.core.rejudge import load_saved
 from negt2i.stages.demo_data import write_demo
 
 

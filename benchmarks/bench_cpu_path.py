@@ -235,8 +235,8 @@ def measure(
 ) -> float:
     """Median milliseconds per image over ``repeats`` timed passes of ``n_images`` images (``clock``:
     ``wall`` = ``time.perf_counter``, ``cpu`` = the process's CPU time, robust on a shared machine)."""
+    from negt2i.core.spec import read_prompts
     from negt2i.pipeline import Pipeline
-    from negt2i.spec import read_prompts
 
     rng = np.random.default_rng(seed)
     corpus = read_prompts(REPO / "data" / "negt2ibench.jsonl")

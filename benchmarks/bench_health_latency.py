@@ -6,10 +6,10 @@
 The worst case for an image's header: a valid 8 x 8 JPEG padded to ``--image-bytes`` (default: just under
 the orchestrator's default ``NEGT2I_MAX_IMAGE_BYTES``, 24 MiB) with empty APP1 segments (4 bytes each:
 millions of marker segments before the frame header). Pillow's JPEG parser walks every segment in Python
-at about 1.5 s per MiB; ``negt2i.images`` stops after ``MAX_JPEG_SEGMENTS`` and the decoder refuses the file.
+at about 1.5 s per MiB; ``negt2i.core.images`` stops after ``MAX_JPEG_SEGMENTS`` and the decoder refuses the file.
 ``--streams`` clients each stream ``--items`` such images
 while the main thread checks health every 50 ms; printed: the time to read the header (our
-``negt2i.images.header_size`` and Pillow's), and health latency (median, p90, max, checks). The goal: every
+``negt2i.core.images.header_size`` and Pillow's), and health latency (median, p90, max, checks). The goal: every
 health check under 1 s (the readiness probe's timeout is 5 s).
 
 Without ``--orchestrator`` the four stage services (synthetic backends) and an orchestrator with default
@@ -56,7 +56,7 @@ def health_under_load(target: str, image: bytes, *, streams: int, items: int, ti
     """Health latencies (seconds) measured every 50 ms while ``streams`` clients each stream ``items`` copies of
     ``image``; measuring starts with the first send and ends when every stream has been answered."""
     from negt2i.client import EvaluatorClient, make_request
-    from negt2i.spec import parse_prompt
+    from negt2i.core.spec import parse_prompt
 
     prompt = parse_prompt(PROMPT)
     started = threading.Event()
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from PIL import Image as PILImage
 
-    from negt2i.images import header_size
+    from negt2i.core.images import header_size
 
     image = worst_case_jpeg(args.image_bytes)
     start = time.perf_counter()

@@ -2,7 +2,7 @@
 
 - ``postprocess_mask`` (OpenCV) vs the SciPy implementation it replaced (kept in
   ``tests/core/test_mask_postprocess.py`` as the bit-exact reference);
-- ``negt2i.rle`` encode / decode (vectorised numpy) vs pycocotools' C implementation.
+- ``negt2i.core.rle`` encode / decode (vectorised numpy) vs pycocotools' C implementation.
 
 Masks are SAM-like blobs (discs of radius 20-300 px with 5% holes). Prints median milliseconds per mask.
 
@@ -42,8 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import pycocotools.mask as coco
 
-    from negt2i import rle
-    from negt2i.rules import postprocess_mask
+    from negt2i.core import rle
+    from negt2i.core.rules import postprocess_mask
     from tests.core.test_mask_postprocess import scipy_postprocess
 
     rng = np.random.default_rng(0)
@@ -58,10 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"postprocess  opencv            {per_mask_ms(postprocess_mask, masks):8.2f}")
     ours = [rle.encode(m) for m in closed]
     theirs = [coco.encode(np.asfortranarray(m.astype(np.uint8))) for m in closed]
-    print(f"rle encode   negt2i.rle        {per_mask_ms(rle.encode, closed):8.2f}")
+    print(f"rle encode   negt2i.core.rle        {per_mask_ms(rle.encode, closed):8.2f}")
     print(f"rle encode   pycocotools       "
           f"{per_mask_ms(lambda m: coco.encode(np.asfortranarray(m.astype(np.uint8))), closed):8.2f}")  # fmt: skip
-    print(f"rle decode   negt2i.rle        {per_mask_ms(rle.decode, ours):8.2f}")
+    print(f"rle decode   negt2i.core.rle        {per_mask_ms(rle.decode, ours):8.2f}")
     print(f"rle decode   pycocotools       {per_mask_ms(coco.decode, theirs):8.2f}")
     return 0
 

@@ -120,7 +120,7 @@ def scenes(n: int, size: int) -> list[Any]:
 
 
 def prompts() -> list[Any]:
-    from negt2i.spec import parse_prompt
+    from negt2i.core.spec import parse_prompt
 
     rel = {"kind": "relation", "subject": 0, "target": 1, "polarity": "negated"}
     both = [{"class": "cup"}, {"class": "dog"}]
@@ -144,9 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
+    from negt2i.core.vocab import COLOR_ANSWERS
     from negt2i.pipeline import Pipeline, Stages
     from negt2i.stages.synthetic import SyntheticDetector
-    from negt2i.vocab import COLOR_ANSWERS
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

@@ -17,10 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from negt2i.config import CURRENT
+from negt2i.core.config import CURRENT
+from negt2i.core.results import ResultsWriter
 from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
-from negt2i.results import ResultsWriter
 from negt2i.run.jobs import discover, resume_keys
 from negt2i.run.output import ResultsRun
 from negt2i.stages.demo_data import write_demo

@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from negt2i.client import EvaluatorClient, make_request  # noqa: E402
+from negt2i.core.spec import parse_prompt  # noqa: E402
 from negt2i.reward import RewardClient, RewardJudge  # noqa: E402
-from negt2i.spec import parse_prompt  # noqa: E402
 from negt2i.stages.demo_data import demo_entries  # noqa: E402
 from negt2i.wire import adapter  # noqa: E402
 from tests.services.live import start_orchestrator, start_stage, wait_health, wait_ready  # noqa: E402

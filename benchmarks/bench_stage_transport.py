@@ -36,7 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from negt2i.vocab import COCO_CLASSES  # noqa: E402
+from negt2i.core.vocab import COCO_CLASSES  # noqa: E402
 from negt2i.wire import adapter  # noqa: E402
 from negt2i.wire.stage_table import STAGE_TABLE  # noqa: E402
 from negt2i.wire.v1 import common_pb2, stages_pb2  # noqa: E402

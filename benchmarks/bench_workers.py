@@ -29,7 +29,8 @@ detections, SAM 2.1 hiera-small at 1024 px, SigLIP 2 SO400M/14-378, Depth-Anythi
 - ``in-call``: the same backends seen without ``prepare`` / ``run_prepared`` (``InCall``), so their
   ordinary calls do the preprocessing inside the call, on the models' thread (the path before).
 
-Bounded recipe for a 2-core CPU machine (about 5 minutes, most of it the random-weight models)::
+Bounded recipe for a 2-core CPU machine (most of it the random-weight models; 28 minutes at load average
+7-15 on the shared development machine)::
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_workers.py --backends random --images 8 --size 512 \
         --batch-size 4 --workers 2 --variants in-call,prepared --repeats 2

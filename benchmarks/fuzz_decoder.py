@@ -1,4 +1,4 @@
-"""Fuzz the one image decoder (``negt2i.images.decode_image``) with mutants of EXIF-bearing images.
+"""Fuzz the one image decoder (``negt2i.core.images.decode_image``) with mutants of EXIF-bearing images.
 
 Every input must become an image or one ``ImageError``: never another exception, never more than 1 s of
 work. Seeds are small PNG, JPEG and WebP files carrying EXIF blocks (an orientation, text and rational
@@ -180,7 +180,7 @@ def mutants(rng: random.Random, count: int) -> Iterator[tuple[str, bytes]]:
 
 def decode_outcome(data: bytes) -> tuple[str, float]:
     """(``image`` | ``ImageError`` | the escaping exception's type and text, CPU seconds of the decode)."""
-    from negt2i.images import ImageError, decode_image
+    from negt2i.core.images import ImageError, decode_image
 
     start = time.thread_time()
     try:

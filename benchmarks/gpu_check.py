@@ -158,7 +158,7 @@ def scenes(n: int, size: int) -> tuple[list[Any], list[Any]]:
 
 def call(stage: str, backend: Any, images: list[Any], dets: list[Any]) -> list[Any]:
     """One batched call of the stage over ``images``; its outputs as numpy arrays."""
-    from negt2i.vocab import COLOR_ANSWERS
+    from negt2i.core.vocab import COLOR_ANSWERS
 
     if stage == "detector":
         return backend.detect(images)  # type: ignore[no-any-return]

@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.perception import Detections
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.perception import Detections
+from negt2i.core.vocab import COCO_CLASSES
 from negt2i.stages.base import Image
 from negt2i.stages.registry import register
 from negt2i.stages.synthetic import SyntheticDetector
-from negt2i.vocab import COCO_CLASSES
 
 NAME = "kstub"
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_pipeline
 
-from negt2i.config import CURRENT, RuleConfig
+from negt2i.core.config import CURRENT, RuleConfig
 from negt2i.stages.base import OperatingPoint, applied
 from negt2i.stages.registry import register
 from negt2i.stages.synthetic import SyntheticDetector

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from negt2i.config import CURRENT, AttributeConfig, RuleConfig
+from negt2i.core.config import CURRENT, AttributeConfig, RuleConfig
 from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
 from negt2i.run.jobs import discover
@@ -47,7 +47,7 @@ def scorer(model: str, config: RuleConfig, tmp: Path) -> Any:
     import open_clip
     import torch
 
-    from negt2i.stage_types import ModelInfo, applied
+    from negt2i.core.stage_types import ModelInfo, applied
     from negt2i.stages.siglip_backend import SigLIPScorer
 
     name = "ViT-SO400M-14-SigLIP2-378"

@@ -13,7 +13,7 @@ What a detector backend must do (the stage contract, in process):
 - ``info``: a ``ModelInfo`` naming the model, stating the rule constants it applies
   (``applied(info, config, operating_point)``: here the prediction floor) and its operating point;
 - ``detect(images)``: one ``Detections`` per RGB ``uint8`` (H, W, 3) image: class names in the
-  benchmark's spelling (``negt2i.vocab.COCO_CLASSES``), every detection scoring at least the floor,
+  benchmark's spelling (``negt2i.core.vocab.COCO_CLASSES``), every detection scoring at least the floor,
   no overlap suppression, boxes ``xyxy`` in pixel edges clipped to the image, one (H, W) bool mask each.
 
 This one stands in for a real model with the synthetic colour palette (``render_scene`` images): swap
@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.perception import Detections, mask_to_xyxy
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.perception import Detections, mask_to_xyxy
 from negt2i.stages.base import Image, ModelInfo, OperatingPoint, applied
 from negt2i.stages.registry import register
 from negt2i.stages.synthetic import find_objects

@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from negt2i.core.spec import Prompt, read_prompts
 from negt2i.reward import RewardClient, RewardFailure, RewardJudge
-from negt2i.spec import Prompt, read_prompts
 
 EPS = 1e-6
 

@@ -4,7 +4,7 @@ Three binary axes: the detector (the paper's Mask R-CNN vs RF-DETR-Seg-XL; any r
 in for either, an outside one included), SAM refinement (on: relation rules measure refined masks; off: the
 detector's masks, ``masks.refine = false``) and the relation constants (current: Table 15; previous: Table
 16's constants and contact-band depth rule). The models run once per detector (``negt2i evaluate
---save-perception``); the other two axes are re-judging (``negt2i.rejudge``).
+--save-perception``); the other two axes are re-judging (``negt2i.core.rejudge``).
 
 =====  ============  ===  =========
 name   detector      SAM  constants
@@ -25,7 +25,7 @@ proximity, comparative and depth blocks with those of ``--current`` / ``--previo
 A rules file fitted for another detector than the one whose perception it is applied to is refused.
 
 Scores are image-level, as in Table 17: an image's reference is the human majority label of every labelled
-element (``negt2i.labels``), the decision is the verdict's ``correct``; n, agreement (%) and Cohen's kappa,
+element (``negt2i.core.labels``), the decision is the verdict's ``correct``; n, agreement (%) and Cohen's kappa,
 with percentile bootstrap intervals over images, one set of draws shared by all configurations (paired).
 """
 
@@ -45,12 +45,12 @@ import numpy as np
 
 from negt2i import __version__
 from negt2i.calibrate import agreement, check_detector, kappa
-from negt2i.config import RuleConfig
-from negt2i.labels import Labels
+from negt2i.core.config import RuleConfig
+from negt2i.core.labels import Labels
+from negt2i.core.rejudge import SavedRun, check_config
 from negt2i.metrics.bootstrap import percentile_interval
 from negt2i.metrics.report_html import CSS
 from negt2i.metrics.stats import resample_weights
-from negt2i.rejudge import SavedRun, check_config
 
 RELATION_BLOCKS: tuple[str, ...] = ("directional", "proximity", "comparative", "depth")
 

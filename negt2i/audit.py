@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.perception_file import SavedPerception, decode
+from negt2i.core.perception_file import SavedPerception, decode
 
 PALETTE: tuple[tuple[int, int, int], ...] = (
     (31, 119, 180),
@@ -370,7 +370,7 @@ def write_audit(
     filename: str = "audit.html",
 ) -> AuditPage:
     """Write the page ``out/filename`` and ``out/images/*.png`` for ``lines`` (already selected)."""
-    from negt2i.images import load_image
+    from negt2i.core.images import load_image
 
     out = Path(out)
     (out / "images").mkdir(parents=True, exist_ok=True)

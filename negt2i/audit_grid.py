@@ -80,7 +80,7 @@ def choose_prompts(models: Sequence[GridModel], sample: int, *, seed: int = 0) -
 def _thumbnail(path: Path) -> bytes:
     from PIL import Image
 
-    from negt2i.images import load_image
+    from negt2i.core.images import load_image
 
     try:
         pixels = load_image(path)

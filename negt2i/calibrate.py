@@ -1,8 +1,8 @@
 """Fit rule thresholds on labelled images (Appendix D: "fitted against 140 human-annotated images").
 
-``negt2i calibrate`` re-judges saved perception (``negt2i.rejudge``; no model runs) under every point of a
+``negt2i calibrate`` re-judges saved perception (``negt2i.core.rejudge``; no model runs) under every point of a
 documented grid and keeps, per block of parameters, the point with the best Cohen's kappa against the labels
-(``negt2i.labels``) on a fit split. Ties are broken toward the paper's value (Table 15): the smallest
+(``negt2i.core.labels``) on a fit split. Ties are broken toward the paper's value (Table 15): the smallest
 sum over the block's parameters of |value - paper| / grid step, then grid order.
 
 Blocks (each fitted on the labelled elements its parameters can change, independently of the others):
@@ -47,14 +47,14 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from negt2i import __version__
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.labels import Labels
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.labels import Labels
+from negt2i.core.rejudge import SavedImage, SavedRun, check_config, detector_id, same_detector
+from negt2i.core.rules import select_instances
+from negt2i.core.verdict import Verdict
+from negt2i.core.vocab import Category
 from negt2i.metrics.bootstrap import percentile_interval
 from negt2i.metrics.stats import binary_scores, confusion, resample_weights
-from negt2i.rejudge import SavedImage, SavedRun, check_config, detector_id, same_detector
-from negt2i.rules import select_instances
-from negt2i.verdict import Verdict
-from negt2i.vocab import Category
 
 FITS: tuple[str, ...] = ("detection", "relations", "attributes")
 

@@ -24,8 +24,9 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from negt2i.failures import Code, Failure
-from negt2i.spec import Prompt
+from negt2i.core.failures import Code, Failure
+from negt2i.core.spec import Prompt
+from negt2i.core.verdict import Verdict
 from negt2i.transport import (
     DEFAULT_ATTEMPTS,
     RETRYABLE,
@@ -35,10 +36,9 @@ from negt2i.transport import (
     open_channel,
     token_from_env,
 )
-from negt2i.verdict import Verdict
 
 if TYPE_CHECKING:
-    from negt2i.perception import ImagePerception
+    from negt2i.core.perception import ImagePerception
     from negt2i.wire.v1 import common_pb2, evaluator_pb2
 
 HEALTH_SERVICE: Final = "negt2i.v1.Evaluator"

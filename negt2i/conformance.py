@@ -11,9 +11,9 @@ with an unknown field (that item fails with 400), readiness (``/readyz`` 200 mea
 ``/info`` says ``ready`` and items are answered), and the ``/info`` schema (no
 unknown fields, the stage's rule constants, a detector's operating point); for a detector whose
 ``/info`` lists the ``detect.classes`` feature, that ``classes`` / ``max_per_class`` give exactly the
-unfiltered answer reduced by the class filter (``negt2i.flow.filter_detections``).
+unfiltered answer reduced by the class filter (``negt2i.core.flow.filter_detections``).
 
-Every returned answer is checked against the contract rules of ``negt2i.flow``
+Every returned answer is checked against the contract rules of ``negt2i.core.flow``
 (class names in the benchmark vocabulary, scores in [floor, 1], finite boxes
 inside the image, mask sizes). The built-in probe images are synthetic scenes in
 which a real detector may find nothing, so those checks would see nothing:
@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.stage_types import STAGES
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.stage_types import STAGES
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def _expect(cond: bool, message: str) -> None:
 
 def _scene(hw: tuple[int, int], shift: int = 0) -> tuple[bytes, Any, Any]:
     """(PNG bytes, masks (2, H, W), boxes (2, 4)) of a two-object synthetic scene."""
-    from negt2i.perception import mask_to_xyxy
+    from negt2i.core.perception import mask_to_xyxy
     from negt2i.stages.synthetic import SceneObject, render_scene, shape_mask
     from negt2i.wire import adapter
 
@@ -91,8 +91,8 @@ def _validate(
     digest: str = "",
 ) -> str:  # fmt: skip
     """Raise ``_Fail`` unless ``result`` is a correct result for the probe item; returns a summary."""
-    from negt2i import flow
-    from negt2i.failures import StageError
+    from negt2i.core import flow
+    from negt2i.core.failures import StageError
     from negt2i.wire import adapter
     from negt2i.wire.stage_table import spec
     from negt2i.wire.v1 import common_pb2
@@ -138,7 +138,7 @@ def _photo_item(stage: str, data: bytes, hw: tuple[int, int]) -> dict[str, Any]:
     h, w = hw
     mask = np.zeros(hw, dtype=bool)
     mask[h // 4 : max(3 * h // 4, h // 4 + 1), w // 4 : max(3 * w // 4, w // 4 + 1)] = True
-    from negt2i.perception import mask_to_xyxy
+    from negt2i.core.perception import mask_to_xyxy
 
     box = np.array([mask_to_xyxy(mask)], dtype=np.float32)
     return _item(stage, data, mask[None], box)
@@ -156,7 +156,7 @@ def run_checks(
 ) -> list[Check]:
     """Every check against the service at ``url``, in order (``images`` / ``expect``: see the module docstring).
 
-    ``/info``'s model goes through the orchestrator's own stage check (``negt2i.stage_identity``) under
+    ``/info``'s model goes through the orchestrator's own stage check (``negt2i.core.stage_identity``) under
     ``config`` (default: ``NEGT2I_RULES``, else ``current``, as the orchestrator reads it) and ``strict``
     (default ``NEGT2I_STRICT_STAGES``): what the orchestrator would refuse fails, what it would accept with
     a warning passes with the warning in the check's detail. A check that needs what an earlier one failed to
@@ -165,8 +165,8 @@ def run_checks(
 
     import httpx
 
-    from negt2i.config import load_config
-    from negt2i.stage_identity import check_model_info, strict_from_env
+    from negt2i.core.config import load_config
+    from negt2i.core.stage_identity import check_model_info, strict_from_env
     from negt2i.wire import adapter
     from negt2i.wire.stage_table import STAGE_TABLE
     from negt2i.wire.v1 import common_pb2, stages_pb2
@@ -400,7 +400,7 @@ def run_checks(
         if stage == "detector" and adapter.FEATURE_DETECT_CLASSES in limits.get("features", ()):
 
             def class_filter() -> str:
-                from negt2i.flow import filter_detections
+                from negt2i.core.flow import filter_detections
 
                 seen = []
                 for data in [png, *(Path(p).read_bytes() for p in images)]:

@@ -9,7 +9,7 @@ with ``retry_errors``; the lines and the tally) is shared with ``negt2i submit``
 --score``. This module runs the in-process pipeline (``negt2i.pipeline``) over the jobs, batch by batch.
 
 An image that cannot be judged gives an error line whose ``error_kind`` is a
-``negt2i.failures.FailureKind`` (``unreadable_image``, ``missing_metadata``,
+``negt2i.core.failures.FailureKind`` (``unreadable_image``, ``missing_metadata``,
 ``invalid_metadata``, ``stage_error``: a stage or the judge failed for that
 image) and whose ``error`` is ``"<kind>: <details>"``.
 """
@@ -25,8 +25,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.failures import Failure, FailureKind
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.failures import Failure, FailureKind
 from negt2i.pipeline import ImageResult, Perceived, Pipeline, Stages
 from negt2i.run.jobs import Job, Loaded, read_job
 from negt2i.run.output import Line, ResultsRun, Summary, error_line, verdict_line
@@ -81,7 +81,7 @@ def _outcome(
     if res.verdict is not None:
         record = verdict_line(job, res.verdict, models, item.sha256)
         if side and res.perception is not None:
-            from negt2i.perception_file import perception_record
+            from negt2i.core.perception_file import perception_record
 
             return Line(record, perception_record(job.filename, job.sample, res.verdict, res.perception))
         return Line(record)
@@ -122,7 +122,7 @@ def evaluate(
     there; the batch on the detector and the one planned after it are judged again by the next run.
 
     ``save_perception``: also append each judged image's detections and refined masks to this
-    side file (``negt2i.perception_file``), written before the image's results line.
+    side file (``negt2i.core.perception_file``), written before the image's results line.
     """
     if batch_size < 1:
         raise ValueError(f"batch size must be >= 1, got {batch_size}")

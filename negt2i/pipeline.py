@@ -1,4 +1,4 @@
-"""In-process stage objects driving the one per-image flow (``negt2i.flow``) for batches of images.
+"""In-process stage objects driving the one per-image flow (``negt2i.core.flow``) for batches of images.
 
 For a batch of (prompt, image) pairs:
 
@@ -29,7 +29,7 @@ prompt needs are called, so a stage may be ``None`` when no prompt needs it.
 
 A failure in one image (a stage raising, an answer outside the contract,
 perception the judge cannot use) is that image's ``failure`` (a
-``negt2i.failures.Failure``) and never stops the others: a failing batch call
+``negt2i.core.failures.Failure``) and never stops the others: a failing batch call
 is retried image by image to find the culprit.
 """
 
@@ -43,13 +43,14 @@ from typing import Any, Final, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i import flow
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.failures import ContractRule, Failure, StageError
-from negt2i.perception import Detections, ImagePerception
-from negt2i.spec import Prompt
-from negt2i.stage_identity import check_model_info, strict_from_env
-from negt2i.stage_types import STAGES, Image, ModelInfo
+from negt2i.core import flow
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.failures import ContractRule, Failure, StageError
+from negt2i.core.perception import Detections, ImagePerception
+from negt2i.core.spec import Prompt
+from negt2i.core.stage_identity import check_model_info, strict_from_env
+from negt2i.core.stage_types import STAGES, Image, ModelInfo
+from negt2i.core.verdict import Verdict
 from negt2i.stages.base import (
     AttributeScorer,
     BatchAttributeScorer,
@@ -65,7 +66,6 @@ from negt2i.stages.base import (
 )
 from negt2i.stages.common import ask_detector
 from negt2i.stages.registry import DEFAULT_BACKENDS, create
-from negt2i.verdict import Verdict
 
 T = TypeVar("T")
 A = TypeVar("A")
@@ -109,7 +109,7 @@ class Stages:
         return stages
 
     def check(self, config: RuleConfig, *, strict: bool | None = None) -> None:
-        """The one stage check of both paths (``negt2i.stage_identity.check_model_info``, as the orchestrator
+        """The one stage check of both paths (``negt2i.core.stage_identity.check_model_info``, as the orchestrator
         runs on a served stage's ``/info``) on every stage present: ``StageRefused`` naming the stage and why,
         or its warnings kept in ``warnings`` (and printed to stderr, as ``negt2i submit`` does). ``strict``
         None: ``NEGT2I_STRICT_STAGES``."""
@@ -258,7 +258,7 @@ _KEYS: Final = {"segmenter": "refined", "attributes": "scores", "depth": "dispar
 
 
 class Pipeline:
-    """Runs the per-image flow (``negt2i.flow``) over in-process stage objects, for batches of images.
+    """Runs the per-image flow (``negt2i.core.flow``) over in-process stage objects, for batches of images.
 
     Every stage is called once per batch with the images that need it (the detector and the depth
     estimator take lists of images; the segmenter and the attribute scorer through ``refine_batch`` /

@@ -1,7 +1,7 @@
 """The judge as a reward for training generators (docs/reward.md).
 
 ``RewardClient(target).score(images, prompts)`` returns one reward per image, in input order: the
-verdict's continuous ``score`` (the share of satisfied elements, ``negt2i.verdict``; 0.0 for an image
+verdict's continuous ``score`` (the share of satisfied elements, ``negt2i.core.verdict``; 0.0 for an image
 that omits an object a negated statement refers to: no reward for omission). ``RewardJudge`` is the
 same in-process, for trainers that keep the judge on the generator's GPU; ``AsyncRewardClient`` is
 the asyncio form of the client.
@@ -10,7 +10,7 @@ Inputs (``images[i]`` is judged against ``prompts[i]``; the two lists must have 
 
 - an image: a ``PIL.Image.Image`` (converted to RGB), a numpy ``uint8`` array ``(H, W, 3)`` (or
   ``(H, W)`` grey), or encoded PNG / JPEG / WebP bytes (sent as they are; decoded by the one decoder);
-- a prompt: a ``negt2i.spec.Prompt``, a corpus record (a dict as in ``data/negt2ibench.jsonl`` or a
+- a prompt: a ``negt2i.core.spec.Prompt``, a corpus record (a dict as in ``data/negt2ibench.jsonl`` or a
   training split, ``negt2i corpus build --split train``), a ``negt2i.v1.PromptSpec`` message, or a
   prompt id string (resolved by the orchestrator in its corpus; by ``RewardJudge`` in its ``corpus``).
 
@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 import numpy as np
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.failures import Code, Failure, FailureKind
-from negt2i.spec import Prompt, SpecError, parse_prompt
-from negt2i.verdict import Verdict
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.failures import Code, Failure, FailureKind
+from negt2i.core.spec import Prompt, SpecError, parse_prompt
+from negt2i.core.verdict import Verdict
 
 if TYPE_CHECKING:
     from PIL.Image import Image as PILImage
@@ -115,10 +115,10 @@ def encode_image(image: RewardImage) -> bytes:
 
 
 def image_array(image: RewardImage) -> np.ndarray[Any, Any]:
-    """RGB ``uint8`` ``(H, W, 3)`` pixels of an input image (bytes through the one decoder, ``negt2i.images``).
+    """RGB ``uint8`` ``(H, W, 3)`` pixels of an input image (bytes through the one decoder, ``negt2i.core.images``).
 
     Raises ``ValueError`` naming what is wrong."""
-    from negt2i.images import decode_image
+    from negt2i.core.images import decode_image
 
     if isinstance(image, bytes | bytearray | memoryview):
         return decode_image(bytes(image))
@@ -350,9 +350,9 @@ class RewardJudge:
         on_error: OnError = "raise",
         pipeline: Pipeline | None = None,
     ) -> None:
+        from negt2i.core.spec import read_prompts
+        from negt2i.core.stage_types import STAGES
         from negt2i.pipeline import Pipeline, Stages
-        from negt2i.spec import read_prompts
-        from negt2i.stage_types import STAGES
         from negt2i.stages._torch import parse_dtypes
 
         if batch_size < 1:

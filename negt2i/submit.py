@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from negt2i.failures import Code, Failure, FailureKind
+from negt2i.core.failures import Code, Failure, FailureKind
 from negt2i.run.jobs import Job, Loaded, read_job
 from negt2i.run.output import Line, ResultsRun, SubmitOutcome, error_line, response_line
 from negt2i.run.remote import needed_stages, served

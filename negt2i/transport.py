@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from negt2i.failures import Code
+from negt2i.core.failures import Code
 
 KEEPALIVE_MS: Final = 30_000
 """Ping interval of client channels."""

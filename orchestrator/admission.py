@@ -4,7 +4,7 @@ Every item (a unary ``Evaluate`` or one item of an ``EvaluateStream``) is admitt
 on it, and releases its admission when its answer is sent:
 
 - **cost** of an item = ``len(encoded image) + BYTES_PER_PIXEL x H x W`` (``H x W`` from the image header,
-  read without decoding by ``negt2i.images.header_size``, never by Pillow; an unreadable header costs only its
+  read without decoding by ``negt2i.core.images.header_size``, never by Pillow; an unreadable header costs only its
   bytes: the decoder rejects it right after). Reading a header walks a JPEG's marker segments, which for a
   valid JPEG padded with thousands of segments up to the image limit is real work: the server computes the
   cost on a worker thread (``item_cost`` is plain, the caller moves it off the event loop).
@@ -94,9 +94,9 @@ def default_budget(limit: int | None = None, total_memory: int | None = None) ->
 
 
 def image_pixels(data: bytes) -> int | None:
-    """H x W from the image header (``negt2i.images.header_size``: no pixel decoded, no Pillow); None when the
+    """H x W from the image header (``negt2i.core.images.header_size``: no pixel decoded, no Pillow); None when the
     header is not readable (the decoder rejects such an image with the reason)."""
-    from negt2i.images import header_size
+    from negt2i.core.images import header_size
 
     size = header_size(data)
     return None if size is None else int(size[0]) * int(size[1])

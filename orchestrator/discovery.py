@@ -7,7 +7,7 @@ Health (``grpc.health.v1.Health``, ``protos/grpc/health/v1/health.proto``), one 
 - ``negt2i.v1.Evaluator/stage/<stage>`` (``detector``, ``segmenter``, ``attributes``, ``depth``):
   SERVING while that stage answers ``/readyz``;
 - ``negt2i.v1.Evaluator/category/<category>`` (``color`` ... ``depth``): SERVING while every stage the
-  category needs is (``negt2i.plan.category_stages``): with depth down, ``category/depth`` is NOT_SERVING
+  category needs is (``negt2i.core.plan.category_stages``): with depth down, ``category/depth`` is NOT_SERVING
   and the other five stay SERVING, and their prompts are judged as usual.
 
 Stages are polled every ``health_interval_s``; ``List`` returns every name with its status. On shutdown
@@ -39,10 +39,10 @@ import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1._async import HealthServicer
 
-from negt2i.config import RuleConfig
-from negt2i.plan import category_stages
-from negt2i.stage_types import STAGES
-from negt2i.vocab import Category
+from negt2i.core.config import RuleConfig
+from negt2i.core.plan import category_stages
+from negt2i.core.stage_types import STAGES
+from negt2i.core.vocab import Category
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
 

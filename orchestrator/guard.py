@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import grpc
 
-from negt2i.failures import Code
+from negt2i.core.failures import Code
 from negt2i.wire import errors
 from negt2i.wire.v1 import evaluator_pb2
 
@@ -205,7 +205,7 @@ def _overloaded_status(message: str) -> Any:
     """The ``grpc.Status`` of RESOURCE_EXHAUSTED (SERVER_OVERLOADED) with the rich error model."""
     from grpc_status import rpc_status
 
-    from negt2i.failures import Failure, FailureKind
+    from negt2i.core.failures import Failure, FailureKind
 
     failure = Failure(FailureKind.STAGE_ERROR, message, code=Code.RESOURCE_EXHAUSTED,
                       reason=errors.Reason.SERVER_OVERLOADED)  # fmt: skip

@@ -1,10 +1,10 @@
 """The ``negt2i.v1.Evaluator`` gRPC server (grpc.aio) with health checking and reflection.
 
-Per item (``docs/architecture.md``), the one per-image flow of ``negt2i.flow``
+Per item (``docs/architecture.md``), the one per-image flow of ``negt2i.core.flow``
 (the same as ``negt2i evaluate``'s ``Pipeline``), with its stages reached over HTTP:
 
 1. validate the request: the prompt (inline metadata through
-   ``negt2i.spec.parse_prompt``, or a corpus id) and the image (size limits,
+   ``negt2i.core.spec.parse_prompt``, or a corpus id) and the image (size limits,
    decodable) -> INVALID_ARGUMENT / NOT_FOUND with the reason;
 2. ``detections`` from the detector service, for the prompt's classes (``flow.detector_request``);
 3. ``flow.begin``: the detections checked against the contract, the other
@@ -12,7 +12,7 @@ Per item (``docs/architecture.md``), the one per-image flow of ``negt2i.flow``
 4. the planned segmenter / attributes / depth calls, concurrently;
 5. ``flow.finish``: the answers checked, the perception assembled and judged.
 
-Any failure fails the item with a ``negt2i.failures.Failure`` (kind, stage, rule,
+Any failure fails the item with a ``negt2i.core.failures.Failure`` (kind, stage, rule,
 gRPC code); never a verdict from partial perception. A failed unary call ends
 with the failure's code, its details in plain words, and the rich error model
 (``google.rpc.Status`` with ``ErrorInfo`` / ``BadRequest``: ``negt2i.wire.errors``)
@@ -38,11 +38,12 @@ from typing import Any, Final
 import grpc
 from grpc_health.v1 import health_pb2_grpc
 
-from negt2i import __version__, flow
-from negt2i.config import RuleConfig, load_config
-from negt2i.failures import Code, Failure, FailureKind
-from negt2i.spec import Prompt, SpecError, read_prompts
-from negt2i.stage_types import STAGES, Image
+from negt2i import __version__
+from negt2i.core import flow
+from negt2i.core.config import RuleConfig, load_config
+from negt2i.core.failures import Code, Failure, FailureKind
+from negt2i.core.spec import Prompt, SpecError, read_prompts
+from negt2i.core.stage_types import STAGES, Image
 from negt2i.wire import adapter, errors
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, evaluator_pb2_grpc
 from orchestrator import discovery, guard
@@ -185,7 +186,7 @@ class Evaluator(evaluator_pb2_grpc.EvaluatorServicer):
 
     def _limits(self) -> evaluator_pb2.ServerLimits:
         """``ServiceInfo.limits``."""
-        from negt2i import spec
+        from negt2i.core import spec
 
         return evaluator_pb2.ServerLimits(
             max_message_bytes=self.settings.max_message_bytes,

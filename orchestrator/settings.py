@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from negt2i.stage_identity import STRICT_ENV
-from negt2i.stage_types import STAGES
+from negt2i.core.stage_identity import STRICT_ENV
+from negt2i.core.stage_types import STAGES
 
 DEFAULT_URLS: Final[dict[str, str]] = {
     "detector": "http://127.0.0.1:3001",
@@ -224,7 +224,7 @@ class Settings:
         False,
         STRICT_ENV,
         "refuse a stage whose /info leaves its rule constants or operating point unstated (a stage of the contract "
-        "before them); off: accepted with a warning (negt2i.stage_identity, docs/stage-contract.md)",
+        "before them); off: accepted with a warning (negt2i.core.stage_identity, docs/stage-contract.md)",
     )
 
     def __post_init__(self) -> None:

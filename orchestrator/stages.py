@@ -8,7 +8,7 @@ Every call:
 - is retried (stage calls are pure functions of their inputs, so idempotent)
   after connection errors, timeouts and HTTP 502 / 503 / 504, with exponential
   backoff, only while the deadline leaves room;
-- ends in a ``negt2i.failures.StageError`` carrying the gRPC status it maps to:
+- ends in a ``negt2i.core.failures.StageError`` carrying the gRPC status it maps to:
   UNAVAILABLE (stage down, or its ``/info`` not valid for this orchestrator),
   DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (stage overloaded: 429 or 503 after the
   retries), INVALID_ARGUMENT (the stage rejected this item's inputs, or 413),
@@ -69,12 +69,12 @@ import numpy as np
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
-from negt2i import images
-from negt2i.config import RuleConfig
-from negt2i.failures import Code, ContractRule, StageError
-from negt2i.flow import DetectRequest
-from negt2i.perception import BoolMask, Detections
-from negt2i.stage_identity import StageCheck, check_model_info
+from negt2i.core import images
+from negt2i.core.config import RuleConfig
+from negt2i.core.failures import Code, ContractRule, StageError
+from negt2i.core.flow import DetectRequest
+from negt2i.core.perception import BoolMask, Detections
+from negt2i.core.stage_identity import StageCheck, check_model_info
 from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, stages_pb2
@@ -151,7 +151,7 @@ class RemoteStages:
     ) -> None:
         """``config``: the rule config whose stage constants every stage's ``/info`` must report (None: not
         checked). ``strict``: refuse a stage that leaves its rules or operating point unstated (else it is
-        accepted with warnings, ``negt2i.stage_identity``). ``bodies``: ``auto`` (binary where a stage lists
+        accepted with warnings, ``negt2i.core.stage_identity``). ``bodies``: ``auto`` (binary where a stage lists
         it) or ``json`` (always JSON)."""
         if bodies not in ("auto", "json"):
             raise ValueError(f"bodies must be 'auto' or 'json', got {bodies!r}")
@@ -336,7 +336,7 @@ class RemoteStages:
 
     def check_info(self, stage: str, info: stages_pb2.StageInfo) -> StageCheck:
         """Whether ``info`` is acceptable for ``stage``: its contract, then the one model check both paths
-        run (``negt2i.stage_identity.check_model_info``: stage, model, stated rules, operating point)."""
+        run (``negt2i.core.stage_identity.check_model_info``: stage, model, stated rules, operating point)."""
         if info.contract != adapter.CONTRACT:
             return StageCheck(f"/info names contract {info.contract!r}, expected {adapter.CONTRACT!r}")
         if info.model_digest and not _DIGEST.fullmatch(info.model_digest):
@@ -599,9 +599,9 @@ class RemoteStages:
     async def detect(
         self, image: bytes, shape_hw: tuple[int, int], deadline: float, request: DetectRequest | None = None
     ) -> tuple[Detections, common_pb2.StageService]:
-        """Detections of one image as the detector answered ``request`` (``negt2i.flow.detector_request``):
+        """Detections of one image as the detector answered ``request`` (``negt2i.core.flow.detector_request``):
         the request is sent to a detector whose ``/info`` lists ``detect.classes`` (older services reject
-        the unknown fields); ``negt2i.flow.begin`` checks the answer against the contract and applies the
+        the unknown fields); ``negt2i.core.flow.begin`` checks the answer against the contract and applies the
         class filter, so every detector gives the rules the same detections."""
         msg_item = stages_pb2.DetectItem(image=adapter.image_to_proto(image))
         if request is not None and adapter.FEATURE_DETECT_CLASSES in await self.features("detector"):

@@ -13,9 +13,9 @@ from PIL import Image
 
 from negt2i.audit import explain_statement, select
 from negt2i.cli import main
-from negt2i.images import load_image
-from negt2i.perception_file import decode, read_perception
-from negt2i.results import read_results
+from negt2i.core.images import load_image
+from negt2i.core.perception_file import decode, read_perception
+from negt2i.core.results import read_results
 from negt2i.stages.demo_data import write_demo
 
 

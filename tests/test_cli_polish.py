@@ -19,7 +19,7 @@ import pytest
 from negt2i import weights
 from negt2i.cli import build_parser, main
 from negt2i.cli.weights_cmd import fetch_names
-from negt2i.results import read_results
+from negt2i.core.results import read_results
 from negt2i.stages.demo_data import write_demo
 from tests.services.live import free_port
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import main
-from negt2i.config import load_config
+from negt2i.core.config import load_config
 from negt2i.stages import demo_data
 from tests.k8s.helpers import kustomize
 

@@ -12,11 +12,11 @@ import pytest
 from PIL import Image as PILImage
 
 from negt2i.cli import evaluate_cmd
-from negt2i.config import CURRENT
+from negt2i.core.config import CURRENT
+from negt2i.core.images import load_image
+from negt2i.core.results import ResultsFileError, read_results
 from negt2i.evaluate import evaluate
-from negt2i.images import load_image
 from negt2i.pipeline import Stages
-from negt2i.results import ResultsFileError, read_results
 from negt2i.run.jobs import EvaluateError, discover
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
 
@@ -365,8 +365,8 @@ def test_two_runs_cannot_append_to_the_same_file(images: Path, tmp_path: Path):
 
 def test_save_perception_keeps_what_each_verdict_used(tmp_path: Path) -> None:
     """The side file holds, per judged image, the masks and scores the measurements came from."""
-    from negt2i.perception_file import decode, read_perception
-    from negt2i.rules import measure_comparative, measure_directional, measure_proximity
+    from negt2i.core.perception_file import decode, read_perception
+    from negt2i.core.rules import measure_comparative, measure_directional, measure_proximity
     from negt2i.stages.demo_data import write_demo
 
     root = tmp_path / "demo"
@@ -462,7 +462,7 @@ def test_a_run_interrupted_twice_resumes_to_the_uninterrupted_file(many: Path, t
 def test_models_run_on_the_calling_thread_and_the_rules_on_workers(images: Path, tmp_path: Path, monkeypatch):
     import threading
 
-    from negt2i import flow
+    from negt2i.core import flow
 
     main_thread = threading.get_ident()
     seen: dict[str, set[int]] = {}
@@ -500,7 +500,7 @@ def test_reading_ahead_is_bounded(many: Path, tmp_path: Path, monkeypatch):
     import time
 
     from negt2i import evaluate as ev
-    from negt2i.results import ResultsWriter
+    from negt2i.core.results import ResultsWriter
 
     lock = threading.Lock()
     counts = {"read": 0, "written": 0, "most": 0}
@@ -539,7 +539,7 @@ def test_a_bug_in_the_rules_stops_the_run_with_whole_lines_in_job_order(many: Pa
     """An unexpected exception while judging one image (not a ``Failure``: a bug) ends the run with that
     exception; the file holds whole lines of the jobs before it, in job order, and a rerun completes it to
     the same bytes as a run without the bug."""
-    from negt2i import flow
+    from negt2i.core import flow
 
     jobs = discover(many)[:64]
     full = tmp_path / "full.jsonl"

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from negt2i.config import CURRENT
-from negt2i.perception import Detections
+from negt2i.core.config import CURRENT
+from negt2i.core.perception import Detections
+from negt2i.core.spec import parse_prompt
 from negt2i.pipeline import Pipeline, Stages
-from negt2i.spec import parse_prompt
 from negt2i.stages.synthetic import (
     SceneObject,
     SyntheticAttributeScorer,

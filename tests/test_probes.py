@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import evaluate_cmd
+from negt2i.core.results import read_results
+from negt2i.core.spec import Polarity, SpecError, parse_prompt, read_prompts, write_prompts
 from negt2i.metrics.records import iter_rows
 from negt2i.pipeline import Pipeline, Stages
-from negt2i.results import read_results
-from negt2i.spec import Polarity, SpecError, parse_prompt, read_prompts, write_prompts
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
 from negt2i.wire import adapter
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from negt2i.cli import main
-from negt2i.config import CURRENT, PREVIOUS, load_config
-from negt2i.rejudge import RejudgeError, load_saved
-from negt2i.results import read_results
+from negt2i.core.config import CURRENT, PREVIOUS, load_config
+from negt2i.core.rejudge import RejudgeError, load_saved
+from negt2i.core.results import read_results
 from negt2i.stages.demo_data import write_demo
 
 

@@ -17,9 +17,9 @@ import pytest
 from PIL import Image as PILImage
 
 from negt2i.cli import main
+from negt2i.core.results import MARKER, ResultsFileError, ResultsWriter, read_results
 from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
-from negt2i.results import MARKER, ResultsFileError, ResultsWriter, read_results
 from negt2i.run.jobs import discover
 from negt2i.stages.demo_data import write_demo
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
@@ -111,7 +111,7 @@ def test_a_torn_last_line_is_cut_only_when_it_is_ours(demo: Path, tmp_path: Path
 
 HOLD = """
 import sys
-from negt2i.results import ResultsWriter
+from negt2i.core.results import ResultsWriter
 w = ResultsWriter(sys.argv[1])
 print("locked", flush=True)
 sys.stdin.read()

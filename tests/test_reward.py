@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
+from negt2i.core.spec import parse_prompt
 from negt2i.pipeline import Pipeline, Stages
 from negt2i.reward import RewardDetails, RewardError, RewardFailure, RewardJudge, image_array, resolve_prompt
-from negt2i.spec import parse_prompt
 from negt2i.stages.demo_data import demo_entries
 from negt2i.wire import adapter
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from examples.rl_reward import group_advantages, main
+from negt2i.core.spec import read_prompts
 from negt2i.corpus.build import write_corpus
 from negt2i.corpus.selectors import TableSelector
 from negt2i.corpus.split import build_train
-from negt2i.spec import read_prompts
 from tests.generate.tiny import build_pipeline
 
 REPO = Path(__file__).resolve().parents[1]

@@ -55,8 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from negt2i.jsonl import iter_json_lines
-from negt2i.spec import AttributeStatement, Polarity, Prompt, parse_prompt
+from negt2i.core.jsonl import iter_json_lines
+from negt2i.core.spec import AttributeStatement, Polarity, Prompt, parse_prompt
 
 FORMAT = "questions/1"
 MODES_OF_ELEMENTS: tuple[str, ...] = ("pos", "neg")

@@ -39,8 +39,8 @@ from negt2i.annotation.questions import (
     prompt_digest,
     prompt_of_metadata,
 )
+from negt2i.core.results import read_results
 from negt2i.metrics.agreement import AgreementInputError, read_labels, results_model
-from negt2i.results import read_results
 
 TASK_FORMAT = "labels-task/1"
 STRATA: tuple[str, ...] = ("category", "setting", "model")

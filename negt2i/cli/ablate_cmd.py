@@ -34,9 +34,9 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from negt2i.ablate import ablate, meta_record, ordered, write_ablation
-    from negt2i.config import load_config
-    from negt2i.labels import read_human
-    from negt2i.rejudge import load_saved
+    from negt2i.core.config import load_config
+    from negt2i.core.labels import read_human
+    from negt2i.core.rejudge import load_saved
 
     if not args.main and not args.alt:
         print("error: give --main and / or --alt results files", file=sys.stderr)

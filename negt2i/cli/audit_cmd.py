@@ -65,7 +65,7 @@ def _run_grid(args: argparse.Namespace) -> int:
 
     from negt2i.audit import AuditError
     from negt2i.audit_grid import grid_model, write_grid
-    from negt2i.results import read_results
+    from negt2i.core.results import read_results
 
     try:
         results = [(n or Path(p).stem, p) for n, p in _named(args.results, "results")]
@@ -100,9 +100,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     args.results, args.images = args.results[0], args.images[0]
     from negt2i.audit import AuditError, select, write_audit
-    from negt2i.perception_file import default_path, read_perception
-    from negt2i.results import read_results
-    from negt2i.vocab import Category
+    from negt2i.core.perception_file import default_path, read_perception
+    from negt2i.core.results import read_results
+    from negt2i.core.vocab import Category
 
     if args.limit < 1:
         print("error: --limit must be >= 1", file=sys.stderr)

@@ -53,9 +53,9 @@ def _fmt(v: Any) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     from negt2i.calibrate import CalibrationError, calibrate, check_out, parse_grid, write_rules
-    from negt2i.config import load_config
-    from negt2i.labels import read
-    from negt2i.rejudge import load_saved
+    from negt2i.core.config import load_config
+    from negt2i.core.labels import read
+    from negt2i.core.rejudge import load_saved
 
     try:
         check_out(args.out)

@@ -64,6 +64,6 @@ def perception_path(args: argparse.Namespace) -> str | None:
     """``--save-perception [PATH]``: None when not asked for; the default path next to ``--out``."""
     if args.save_perception is None:
         return None
-    from negt2i.perception_file import default_path
+    from negt2i.core.perception_file import default_path
 
     return args.save_perception or str(default_path(args.out))

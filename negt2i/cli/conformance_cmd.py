@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from negt2i.stage_types import STAGES
+from negt2i.core.stage_types import STAGES
 
 
 def register(sub: Any) -> None:
@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     if missing:
         print(f"error: no such image file: {', '.join(missing)}", file=sys.stderr)
         return 2
-    from negt2i.config import load_config
+    from negt2i.core.config import load_config
 
     config = load_config(args.rules) if args.rules else None
     checks = run_checks(args.stage, args.url, timeout=args.timeout, images=args.image, expect=args.expect,

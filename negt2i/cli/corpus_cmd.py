@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from negt2i.core.spec import SpecError, read_prompts
+from negt2i.core.vocab import Category
 from negt2i.corpus import DEFAULT_CONTROL, DEFAULT_CORPUS, DEFAULT_PARAPHRASE
 from negt2i.corpus.build import (
     CATEGORIES,
@@ -43,8 +45,6 @@ from negt2i.corpus.validate import (
     validate_paraphrase_file,
     validate_prompts,
 )
-from negt2i.spec import SpecError, read_prompts
-from negt2i.vocab import Category
 
 DEFAULT_LLM_CACHE = Path.home() / ".cache" / "negt2i" / "corpus-selector"
 

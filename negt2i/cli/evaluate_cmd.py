@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from negt2i.cli.common import EXIT_INPUT, add_results_args, parse_device, perception_path
-from negt2i.stage_types import STAGES
+from negt2i.core.stage_types import STAGES
 from negt2i.stages.registry import DEFAULT_BACKENDS
 
 
@@ -103,12 +103,12 @@ def backends_from_args(args: argparse.Namespace) -> dict[str, str]:
 
 def _run(args: argparse.Namespace) -> int:
     from negt2i import weights
-    from negt2i.config import load_config
+    from negt2i.core.config import load_config
+    from negt2i.core.results import ResultsFileError
+    from negt2i.core.spec import SpecError
     from negt2i.evaluate import evaluate
     from negt2i.pipeline import Stages
-    from negt2i.results import ResultsFileError
     from negt2i.run.jobs import EvaluateError, discover, select_shard
-    from negt2i.spec import SpecError
     from negt2i.stages._torch import parse_dtypes
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 0):

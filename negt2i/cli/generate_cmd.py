@@ -120,11 +120,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.batch_size < 1 or (args.limit is not None and args.limit < 0) or args.in_flight < 1:
         print("error: --batch-size and --in-flight must be >= 1 and --limit >= 0", file=sys.stderr)
         return 2
+    from negt2i.core.spec import SpecError, read_prompts
     from negt2i.corpus import DEFAULT_CORPUS
     from negt2i.generate import GenerateError, generate, parse_seeds
     from negt2i.generate.runner import resolve_device
     from negt2i.generate.scoring import Scorer
-    from negt2i.spec import SpecError, read_prompts
 
     prompts_file = args.prompts or DEFAULT_CORPUS
     try:

@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from negt2i.spec import SpecError, iter_prompts
+from negt2i.core.spec import SpecError, iter_prompts
 
 
 def register(sub: Any) -> None:

@@ -42,7 +42,7 @@ def _refuse(out: Path) -> str | None:
 
 def _run(args: argparse.Namespace) -> int:
     from negt2i.annotation.questions import write_questions
-    from negt2i.spec import SpecError, read_prompts
+    from negt2i.core.spec import SpecError, read_prompts
 
     src, out = Path(args.prompts), Path(args.out)
     why = _refuse(out)

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from negt2i.config import PRESETS, load_config
+from negt2i.core.config import PRESETS, load_config
 
 
 def register(sub: Any) -> None:

@@ -76,10 +76,10 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from negt2i.client import ClientError, EvaluatorClient
-    from negt2i.results import ResultsFileError
+    from negt2i.core.results import ResultsFileError
+    from negt2i.core.spec import SpecError
     from negt2i.run.jobs import EvaluateError, discover, select_shard
     from negt2i.run.remote import needed_health
-    from negt2i.spec import SpecError
     from negt2i.submit import submit
 
     try:

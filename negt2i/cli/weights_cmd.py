@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from negt2i.stage_types import STAGES
+from negt2i.core.stage_types import STAGES
 
 
 def register(sub: Any) -> None:

@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from negt2i import __version__
+from negt2i.core.spec import Polarity, Prompt, dumps_prompt, setting_name
+from negt2i.core.vocab import BENCHMARK_CLASSES, SETTING_NAMES, SETTINGS, VALUES, Category
 from negt2i.corpus.balancing import least_used
 from negt2i.corpus.selectors import Pair, PlausibilitySelector
 from negt2i.corpus.templates import AttributeSelection, RelationSelection, attribute_prompt, relation_prompt
-from negt2i.spec import Polarity, Prompt, dumps_prompt, setting_name
-from negt2i.vocab import BENCHMARK_CLASSES, SETTING_NAMES, SETTINGS, VALUES, Category
 
 PROMPTS_PER_CELL: Final[int] = 100
 CATEGORIES: Final[tuple[Category, ...]] = tuple(Category)

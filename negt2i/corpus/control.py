@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from negt2i import __version__
+from negt2i.core.spec import Prompt, dumps_prompt
+from negt2i.core.vocab import COLOR_ANSWERS, MATERIALS, PREDICATES
 from negt2i.corpus.templates import PREFIX, join_list
-from negt2i.spec import Prompt, dumps_prompt
-from negt2i.vocab import COLOR_ANSWERS, MATERIALS, PREDICATES
 
 FORMAT: Final[str] = "negt2ibench-control/1"
 ID_PREFIX: Final[str] = "control-"

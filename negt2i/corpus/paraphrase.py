@@ -54,10 +54,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from negt2i import __version__
+from negt2i.core.spec import AttributeStatement, Polarity, Prompt, RelationStatement
+from negt2i.core.vocab import COCO_CLASSES, PREDICATES, VALUES, Category
 from negt2i.corpus.control import file_sha256, set_bytes
 from negt2i.corpus.templates import PREFIX, join_list
-from negt2i.spec import AttributeStatement, Polarity, Prompt, RelationStatement
-from negt2i.vocab import COCO_CLASSES, PREDICATES, VALUES, Category
 
 FORMAT: Final[str] = "negt2ibench-paraphrase/1"
 ID_PREFIX: Final[str] = "paraphrase-"

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from negt2i.vocab import BENCHMARK_CLASSES, COLORS, MATERIALS, PREDICATES, Category
+from negt2i.core.vocab import BENCHMARK_CLASSES, COLORS, MATERIALS, PREDICATES, Category
 
 
 class Group(StrEnum):

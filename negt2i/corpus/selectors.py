@@ -41,8 +41,8 @@ from typing import Any, Protocol
 
 import httpx
 
+from negt2i.core.vocab import PREDICATES, VALUES, Category
 from negt2i.corpus import plausibility
-from negt2i.vocab import PREDICATES, VALUES, Category
 
 log = logging.getLogger(__name__)
 

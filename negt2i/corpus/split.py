@@ -32,6 +32,8 @@ from itertools import combinations
 from typing import Any, Final
 
 from negt2i import __version__
+from negt2i.core.spec import AttributeStatement, Prompt, RelationStatement, setting_name
+from negt2i.core.vocab import SETTINGS, Category
 from negt2i.corpus.build import (
     CATEGORIES,
     DEFAULT_TARGET_POOL,
@@ -42,8 +44,6 @@ from negt2i.corpus.build import (
     corpus_bytes,
 )
 from negt2i.corpus.selectors import PlausibilitySelector
-from negt2i.spec import AttributeStatement, Prompt, RelationStatement, setting_name
-from negt2i.vocab import SETTINGS, Category
 
 SPLITS: Final[tuple[str, ...]] = ("test", "train")
 TRAIN_PREFIX: Final[str] = "train-"

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from negt2i.core.spec import AttributeStatement, Polarity, Prompt, RelationStatement
+from negt2i.core.vocab import BENCHMARK_CLASSES, PREDICATES, VALUES, Category
 from negt2i.corpus.balancing import most_even, off_even
 from negt2i.corpus.build import CATEGORIES, SETTING_NAMES
-from negt2i.spec import AttributeStatement, Polarity, Prompt, RelationStatement
-from negt2i.vocab import BENCHMARK_CLASSES, PREDICATES, VALUES, Category
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from negt2i.spec import AttributeStatement, ObjectSpec, Polarity, Prompt, RelationStatement
-from negt2i.vocab import Category
+from negt2i.core.spec import AttributeStatement, ObjectSpec, Polarity, Prompt, RelationStatement
+from negt2i.core.vocab import Category
 
 PREFIX = "a photo of "
 

@@ -2,7 +2,7 @@
 
 Per prompt (any file in the core's JSONL format, ours or someone else's):
 
-- the line is valid JSON and valid prompt metadata (``negt2i.spec``);
+- the line is valid JSON and valid prompt metadata (``negt2i.core.spec``);
 - it has a category and one of the eight settings;
 - it names only the 79 benchmark classes (never ``person``), each once, count 1;
 - attribute prompts name one object per statement; relation prompts are a star:
@@ -33,11 +33,19 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from negt2i.core.jsonl import iter_json_lines
+from negt2i.core.spec import (
+    AttributeStatement,
+    Polarity,
+    Prompt,
+    RelationStatement,
+    SpecError,
+    parse_prompt,
+    read_prompts,
+)
+from negt2i.core.vocab import BENCHMARK_CLASSES
 from negt2i.corpus.build import CATEGORIES, PROMPTS_PER_CELL, SETTING_NAMES
 from negt2i.corpus.templates import render
-from negt2i.jsonl import iter_json_lines
-from negt2i.spec import AttributeStatement, Polarity, Prompt, RelationStatement, SpecError, parse_prompt, read_prompts
-from negt2i.vocab import BENCHMARK_CLASSES
 
 _ID_RE = re.compile(r"^([a-z]+)-(pos\d+_neg\d+)-\d+$")
 

@@ -43,10 +43,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Final, Protocol
 
-from negt2i.files import open_regular, read_regular
+from negt2i.core.files import open_regular, read_regular
+from negt2i.core.spec import Prompt, dumps_prompt
 from negt2i.generate.presets import DEFAULT_SEEDS, ModelSpec
 from negt2i.generate.registry import GenerateError, Generator, create, preflight
-from negt2i.spec import Prompt, dumps_prompt
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage

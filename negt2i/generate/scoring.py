@@ -78,7 +78,7 @@ class Scorer:
     def start(self) -> None:
         """Connect, read the orchestrator's rules and models, open (and resume) the results file."""
         from negt2i.client import ClientError, EvaluatorClient
-        from negt2i.results import ResultsFileError
+        from negt2i.core.results import ResultsFileError
         from negt2i.run.output import ResultsRun
         from negt2i.run.remote import served
         from negt2i.run.stream import RetryPolicy, StreamSubmitter
@@ -117,7 +117,7 @@ class Scorer:
 
     def _score(self) -> None:
         """The scoring thread: the submitter's answers, in submission order, into the results file."""
-        from negt2i.results import ResultsFileError
+        from negt2i.core.results import ResultsFileError
 
         assert self.submitter is not None and self.outcome is not None
         try:
@@ -157,7 +157,7 @@ class Scorer:
 
     def submit(self, job: Job, data: bytes) -> None:
         """Send ``job``'s image; waits only while ``in_flight`` images are unanswered."""
-        from negt2i.results import ResultsFileError, ResumeKey, prompt_metadata
+        from negt2i.core.results import ResultsFileError, ResumeKey, prompt_metadata
 
         assert self.outcome is not None and self._run is not None
         sha256 = hashlib.sha256(data).hexdigest()

@@ -291,7 +291,7 @@ class _Images:
     def get(self, path: Path) -> PILImage.Image:
         from PIL import Image as PILImage
 
-        from negt2i.images import load_image
+        from negt2i.core.images import load_image
 
         if path not in self.cache:
             if len(self.cache) >= self.keep:
@@ -321,7 +321,7 @@ def run_judge(
     log: Callable[[str], None] = print,
 ) -> RunSummary:
     """Run one judge in one mode over the images (see the module docstring); returns what it did."""
-    from negt2i.images import ImageError
+    from negt2i.core.images import ImageError
     from negt2i.judges import registry
     from negt2i.judges._torch import peak_gpu_gib, peak_rss_gib, synchronize
 

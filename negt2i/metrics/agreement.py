@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.jsonl import iter_json_lines
+from negt2i.core.jsonl import iter_json_lines
 from negt2i.metrics.benchmark import category_order, setting_order
 from negt2i.metrics.bootstrap import percentile_interval
 from negt2i.metrics.records import ImageRow

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.failures import OTHER_KIND
+from negt2i.core.failures import OTHER_KIND
 from negt2i.metrics.records import CATEGORY_ORDER, CAUSES, ROW_CLASSES, SETTING_ORDER, ImageRow
 from negt2i.metrics.views import GENEVAL_TASKS, geneval_tasks, polarity_imbalance, positive_vs_drop
 
@@ -113,7 +113,7 @@ class BenchmarkState:
     unplaced_errors: list[str] = field(default_factory=list)
     """``file:line`` of error lines without a prompt id (reported, not scored)."""
     errors: Counter[str] = field(default_factory=Counter)
-    """Failure kind (``negt2i.failures.FailureKind``) -> number of error lines (never counted by message)."""
+    """Failure kind (``negt2i.core.failures.FailureKind``) -> number of error lines (never counted by message)."""
     failed_statements: Counter[tuple[str, str, str, str]] = field(default_factory=Counter)
     """(category, setting, polarity, cause) -> failed statements."""
     statements: Counter[tuple[str, str, str]] = field(default_factory=Counter)

@@ -1,6 +1,6 @@
 """Results-file lines as the compact, validated rows the metrics need.
 
-A results line (``negt2i.results``) is a verdict (``negt2i.verdict.Verdict.to_json()``)
+A results line (``negt2i.core.results``) is a verdict (``negt2i.core.verdict.Verdict.to_json()``)
 plus ``filename``, ``sample``, ``status`` and ``models``; an ``error`` line carries
 what was known about the image (``prompt_id``, ``category``, ``setting`` may be
 ``null``) and is never correct. ``parse_line`` keeps what scoring needs and
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from negt2i.failures import kind_of
-from negt2i.results import read_results
-from negt2i.spec import SETTING_RE
-from negt2i.vocab import Category
+from negt2i.core.failures import kind_of
+from negt2i.core.results import read_results
+from negt2i.core.spec import SETTING_RE
+from negt2i.core.vocab import Category
 
 CATEGORY_ORDER: tuple[Category, ...] = (
     Category.COLOR,
@@ -66,7 +66,7 @@ ROW_CLASSES: tuple[str, ...] = (
 
 
 class ResultsFormatError(ValueError):
-    """A results line that does not follow ``negt2i.results``; names the file, line and field."""
+    """A results line that does not follow ``negt2i.core.results``; names the file, line and field."""
 
 
 def setting_label(setting: str) -> str:
@@ -115,7 +115,7 @@ class ImageRow:
     failure_class: str | None
     error: str | None
     error_kind: str | None
-    """An error line's ``negt2i.failures.FailureKind`` value (``other`` when the file names none we know)."""
+    """An error line's ``negt2i.core.failures.FailureKind`` value (``other`` when the file names none we know)."""
     objects_ok: tuple[bool, ...]
     statements: tuple[StatementRow, ...]
     config_name: str | None

@@ -1,8 +1,8 @@
 """Synthetic results files with known rates, for tests, demos and the sample report.
 
-Every line is a real ``negt2i.verdict.Verdict`` (validated by its pydantic model)
-written with ``negt2i.results.ok_record`` / ``error_record``, for real prompts
-(``negt2i.spec.Prompt``, validated). Nothing is sampled per image: in a cell of
+Every line is a real ``negt2i.core.verdict.Verdict`` (validated by its pydantic model)
+written with ``negt2i.core.results.ok_record`` / ``error_record``, for real prompts
+(``negt2i.core.spec.Prompt``, validated). Nothing is sampled per image: in a cell of
 n images and target accuracy a, exactly ``round(a * n)`` images are correct
 (which ones is a seeded shuffle), so the report must show ``round(a * n) / n``.
 Incorrect images cycle through the failure patterns the prompt admits, in
@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from negt2i.config import CURRENT, RuleConfig
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.results import error_record, ok_record
+from negt2i.core.spec import SETTING_RE, AttributeStatement, ObjectSpec, Polarity, Prompt, RelationStatement
+from negt2i.core.stage_types import ModelInfo
+from negt2i.core.verdict import FailureCause, ObjectVerdict, StatementVerdict, Verdict, row_failure
+from negt2i.core.vocab import BENCHMARK_CLASSES, PREDICATES, VALUES, Category
 from negt2i.metrics.records import CATEGORY_ORDER, SETTING_ORDER
-from negt2i.results import error_record, ok_record
-from negt2i.spec import SETTING_RE, AttributeStatement, ObjectSpec, Polarity, Prompt, RelationStatement
-from negt2i.stage_types import ModelInfo
-from negt2i.verdict import FailureCause, ObjectVerdict, StatementVerdict, Verdict, row_failure
-from negt2i.vocab import BENCHMARK_CLASSES, PREDICATES, VALUES, Category
 
 PATTERNS: tuple[str, ...] = (
     "negated_violated",

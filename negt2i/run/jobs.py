@@ -16,8 +16,8 @@ Inputs
 Jobs run in a stable order (folders, then samples, sorted by name; manifests in
 line order). ``resume_keys`` says what identifies each job's judgement in a results
 file (``negt2i.run.output`` plans a run from them); ``read_job`` reads a job's file
-once: bytes, SHA-256, the one decoder (``negt2i.images``). A job that cannot be judged
-carries its ``negt2i.failures.Failure`` (``missing_metadata``, ``invalid_metadata``,
+once: bytes, SHA-256, the one decoder (``negt2i.core.images``). A job that cannot be judged
+carries its ``negt2i.core.failures.Failure`` (``missing_metadata``, ``invalid_metadata``,
 ``unreadable_image``) and becomes an error line.
 """
 
@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from negt2i.failures import Failure, FailureKind
-from negt2i.files import open_regular, read_regular
-from negt2i.images import ImageError, decode_image
-from negt2i.jsonl import JsonError, iter_json_lines, parse_json
-from negt2i.results import ResumeKey, prompt_metadata
-from negt2i.spec import Prompt, SpecError, parse_prompt, read_prompts
-from negt2i.stage_types import Image
+from negt2i.core.failures import Failure, FailureKind
+from negt2i.core.files import open_regular, read_regular
+from negt2i.core.images import ImageError, decode_image
+from negt2i.core.jsonl import JsonError, iter_json_lines, parse_json
+from negt2i.core.results import ResumeKey, prompt_metadata
+from negt2i.core.spec import Prompt, SpecError, parse_prompt, read_prompts
+from negt2i.core.stage_types import Image
 
 _HIDDEN = re.compile(r"^\.")
 
@@ -219,7 +219,7 @@ def discover(images: str | Path, prompts_file: str | Path | None = None) -> list
 
 def file_sha256(path: Path) -> str | None:
     """SHA-256 (hex) of a file's bytes; ``None`` when it cannot be read or is not a regular file (a FIFO is
-    never opened: ``negt2i.files``); the job becomes an error line."""
+    never opened: ``negt2i.core.files``); the job becomes an error line."""
     h = hashlib.sha256()
     try:
         with open_regular(path) as fh:
@@ -258,7 +258,7 @@ class Loaded:
 
 
 def read_job(job: Job, *, decode: bool = True, prepare: Callable[[Image], Any] | None = None) -> Loaded:
-    """Read ``job``'s file once: hash the bytes and decode them with the one decoder (``negt2i.images``);
+    """Read ``job``'s file once: hash the bytes and decode them with the one decoder (``negt2i.core.images``);
     ``prepare`` (``Pipeline.prepare_image``) is applied to the pixels, on the same thread."""
     try:
         data = read_regular(job.path)  # a FIFO, socket or device is an error line, never opened

@@ -1,14 +1,14 @@
 """The results run: the one place where a results line is made, and the one tally.
 
 A run (``negt2i evaluate``, ``negt2i submit``, ``negt2i generate --score``) opens a ``ResultsRun``
-on its ``--out``: the one results writer (``negt2i.results.ResultsWriter``: locked for the run,
+on its ``--out``: the one results writer (``negt2i.core.results.ResultsWriter``: locked for the run,
 refused unless new or ours) and, with ``--save-perception``, the side file
-(``negt2i.perception_file``). ``ResultsRun.plan`` checks that the file was made with the run's rule
+(``negt2i.core.perception_file``). ``ResultsRun.plan`` checks that the file was made with the run's rule
 config and models and plans the run by content (``ResultsWriter.plan``: an image is skipped only
 when its line has the same image SHA-256 and prompt). Each judged job then becomes one ``Line``:
 
 - ``verdict_line`` / ``error_line``: the line of a verdict judged in-process, or of an image that
-  could not be judged (its ``negt2i.failures.Failure``);
+  could not be judged (its ``negt2i.core.failures.Failure``);
 - ``response_line``: the line of an orchestrator's stream answer (its verdict, or its ``ItemError``),
   ``None`` when the answer is transient (``negt2i.run.stream.transient``): no line, a rerun judges it.
 
@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from negt2i.config import RuleConfig
-from negt2i.failures import Failure
+from negt2i.core.config import RuleConfig
+from negt2i.core.failures import Failure
+from negt2i.core.results import ResultsWriter, ResumeKey, error_record, ok_record, prompt_metadata
+from negt2i.core.verdict import Verdict
 from negt2i.metrics.totals import Totals
-from negt2i.results import ResultsWriter, ResumeKey, error_record, ok_record, prompt_metadata
 from negt2i.run.jobs import Job, resume_keys
-from negt2i.verdict import Verdict
 
 if TYPE_CHECKING:
-    from negt2i.perception_file import PerceptionWriter
+    from negt2i.core.perception_file import PerceptionWriter
     from negt2i.wire.v1 import evaluator_pb2
 
 
@@ -107,7 +107,7 @@ class Line:
 def error_line(
     job: Job, failure: Failure, config: RuleConfig, models: Mapping[str, Any], sha256: str | None = None
 ) -> dict[str, Any]:
-    """The results line of an image that could not be judged (see ``negt2i.results.error_record``)."""
+    """The results line of an image that could not be judged (see ``negt2i.core.results.error_record``)."""
     p = job.prompt
     return error_record(
         filename=job.filename,
@@ -127,7 +127,7 @@ def error_line(
 
 
 def verdict_line(job: Job, verdict: Verdict, models: Mapping[str, Any], sha256: str | None) -> dict[str, Any]:
-    """The results line of a judged image (see ``negt2i.results.ok_record``)."""
+    """The results line of a judged image (see ``negt2i.core.results.ok_record``)."""
     return ok_record(
         verdict,
         filename=job.filename,
@@ -169,7 +169,7 @@ def response_line(
         record["services"] = adapter.services_record(list(resp.result.stages)) or served.services
         side = None
         if perception and resp.result.HasField("perception"):
-            from negt2i.perception_file import perception_record
+            from negt2i.core.perception_file import perception_record
 
             seen = resp.result.perception
             side = perception_record(job.filename, job.sample, verdict, adapter.perception_from_proto(seen),
@@ -195,7 +195,7 @@ class ResultsRun:
         self.side: PerceptionWriter | None = None
         try:
             if save_perception is not None:
-                from negt2i.perception_file import PerceptionWriter
+                from negt2i.core.perception_file import PerceptionWriter
 
                 self.side = PerceptionWriter(save_perception)
         except BaseException:

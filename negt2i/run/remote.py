@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from negt2i.client import HEALTH_SERVICE
-from negt2i.config import RuleConfig
-from negt2i.failures import Code
+from negt2i.core.config import RuleConfig
+from negt2i.core.failures import Code
 from negt2i.run.jobs import Job
 from negt2i.run.output import Served
 
@@ -57,10 +57,10 @@ def needed_health(jobs: Sequence[Job]) -> list[str]:
 
 
 def needed_stages(jobs: Sequence[Job], config: RuleConfig) -> set[str]:
-    """The stages a run of ``jobs`` may call (``negt2i.plan.category_stages``; every stage when a job names a
+    """The stages a run of ``jobs`` may call (``negt2i.core.plan.category_stages``; every stage when a job names a
     corpus prompt by id)."""
-    from negt2i.plan import category_stages
-    from negt2i.stage_types import STAGES
+    from negt2i.core.plan import category_stages
+    from negt2i.core.stage_types import STAGES
 
     out: set[str] = set()
     for job in jobs:

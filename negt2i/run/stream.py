@@ -16,7 +16,7 @@ through ``negt2i.v1.Evaluator/EvaluateStream``) drive a ``StreamSubmitter``::
             else:                                    # answer.response: the item's verdict or its ItemError
                 ...
 
-``prepare`` turns a job into its ``EvaluateRequest`` (or a ``negt2i.failures.Failure``: the job is
+``prepare`` turns a job into its ``EvaluateRequest`` (or a ``negt2i.core.failures.Failure``: the job is
 answered at once with it and never sent); it runs once per job, on the submitter's intake thread,
 and the request is kept until the job's final answer (its ``request_id`` is set to the job's index).
 
@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
-from negt2i.failures import Code, Failure
+from negt2i.core.failures import Code, Failure
 from negt2i.transport import DEFAULT_ATTEMPTS, RETRYABLE, backoff_delay
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ the thread that runs the model. Its ordinary methods stay ``run_prepared`` of ``
 the same tensors; the pipelined in-process path (``negt2i.pipeline``) and the stage services
 (``negt2i.wire.stage_handlers``) call ``prepare`` on worker threads.
 
-``Image``, ``ModelInfo``, ``OperatingPoint`` and ``applied`` live in the core (``negt2i.stage_types``)
+``Image``, ``ModelInfo``, ``OperatingPoint`` and ``applied`` live in the core (``negt2i.core.stage_types``)
 and are re-exported here for backends that import them from this module.
 """
 
@@ -29,8 +29,8 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.perception import Detections
-from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
+from negt2i.core.perception import Detections
+from negt2i.core.stage_types import Image, ModelInfo, OperatingPoint, applied
 
 __all__ = [  # the core's stage types are re-exported: plug-in backends import them from here
     "AttributeScorer",

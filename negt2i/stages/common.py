@@ -5,8 +5,8 @@ and the synthetic test backends run the same code around their models:
 
 - ``refine_with_candidates``: box prompts in chunks (Table 15: 50 per call), the
   candidate mask chosen by overlap with the detector's own mask
-  (``negt2i.rules.select_by_overlap``) and post-processed
-  (``negt2i.rules.postprocess_mask``: closing radius 5, components < 5% dropped);
+  (``negt2i.core.rules.select_by_overlap``) and post-processed
+  (``negt2i.core.rules.postprocess_mask``: closing radius 5, components < 5% dropped);
 - ``masked_crop``: the attribute crop, the box cut out of the image with pixels
   outside the instance mask filled with gray ``#999`` (Appendix C.1);
 - ``box_to_pixels``: continuous ``xyxy`` boxes to integer pixel windows;
@@ -15,8 +15,8 @@ and the synthetic test backends run the same code around their models:
   ``detect_requested`` (the detector service honouring a request) also applies the filter to what the
   backend returns. The filter itself (``select_requested`` / ``filter_detections``: only the requested
   classes, at most ``max_per_class`` per class, highest scores, ties to the earlier detection, in the
-  detector's own order) is the core's, ``negt2i.flow``, re-exported here; for the rules it runs once,
-  in ``negt2i.flow.begin``, after the whole answer was checked against the run's rules.
+  detector's own order) is the core's, ``negt2i.core.flow``, re-exported here; for the rules it runs once,
+  in ``negt2i.core.flow.begin``, after the whole answer was checked against the run's rules.
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.flow import filter_detections, select_requested
-from negt2i.perception import Detections
-from negt2i.rules import postprocess_mask, select_by_overlap
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.flow import filter_detections, select_requested
+from negt2i.core.perception import Detections
+from negt2i.core.rules import postprocess_mask, select_by_overlap
 
-__all__ = [  # select_requested / filter_detections: the core's class filter (negt2i.flow), re-exported
+__all__ = [  # select_requested / filter_detections: the core's class filter (negt2i.core.flow), re-exported
     "GRAY_FILL",
     "CandidateFn",
     "ClassLists",
@@ -108,7 +108,7 @@ def accepts_classes(detector: Any) -> bool:
     (as a served detector lists it in ``StageInfo.features``: then it also states ``class_counts`` for the
     classes its cap cut) and its ``detect`` takes the ``classes`` / ``max_per_class`` keywords. Any other
     detector (one written before the filter, or one that takes the keywords without stating the feature) is
-    called with the images alone and filtered after (``ask_detector``, ``negt2i.flow.begin``), so the counts
+    called with the images alone and filtered after (``ask_detector``, ``negt2i.core.flow.begin``), so the counts
     before the cap (``Detections.class_counts``, ``measurements.candidates``) are right whatever it does."""
     import inspect
 
@@ -134,7 +134,7 @@ def ask_detector(
 ) -> list[Any]:
     """``detector.detect`` asked for ``classes`` (per image) and ``max_per_class`` when it takes the keywords
     (``accepts_classes``), else called with the images alone. What it returns is not filtered here: the
-    caller's ``negt2i.flow.begin`` checks the whole answer and applies the filter. With ``prepared`` (the
+    caller's ``negt2i.core.flow.begin`` checks the whole answer and applies the filter. With ``prepared`` (the
     detector's ``prepare`` of each image, ``negt2i.stages.base.PreparesInputs``) its ``run_prepared`` is
     called instead, with the class filter."""
     per_image: list[Collection[str] | None] = list(classes) if classes is not None else [None] * len(images)

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from negt2i.core.vocab import COLORS, MATERIALS, PREDICATES, Category
 from negt2i.stages.base import Image
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
-from negt2i.vocab import COLORS, MATERIALS, PREDICATES, Category
 
 CLASSES = ("cup", "dog", "cat", "horse", "chair", "bench", "clock", "vase", "laptop", "bicycle", "car", "bowl")
 
@@ -64,8 +64,8 @@ def prompt_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
 def corpus_records(seed: int = 0, corpus: str | Path | None = None) -> list[dict[str, Any]]:
     """One prompt of the corpus (default the committed ``data/negt2ibench.jsonl``) per category x setting,
     chosen with ``seed``, in Table 3's order (category, then setting)."""
+    from negt2i.core.spec import dumps_prompt, read_prompts
     from negt2i.corpus import DEFAULT_CORPUS
-    from negt2i.spec import dumps_prompt, read_prompts
 
     rng = np.random.default_rng(seed)
     cells: dict[tuple[int, str], list[Any]] = {}
@@ -155,7 +155,7 @@ def write_coco_truth(path: str | Path, truth: list[tuple[str, list[SceneObject]]
     """COCO instances JSON of drawn scenes: images, one bbox annotation per object, the COCO categories."""
     import json
 
-    from negt2i.vocab import COCO_CLASSES
+    from negt2i.core.vocab import COCO_CLASSES
 
     cat_id = {name: k + 1 for k, name in enumerate(COCO_CLASSES)}
     images: list[dict[str, Any]] = []

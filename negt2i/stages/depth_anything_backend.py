@@ -16,7 +16,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.config import CURRENT, RuleConfig
+from negt2i.core.config import CURRENT, RuleConfig
 from negt2i.stages.base import Image, ModelInfo
 from negt2i.stages.common import check_image
 from negt2i.stages.registry import register

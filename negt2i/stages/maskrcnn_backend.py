@@ -34,13 +34,13 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.perception import Detections
-from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.perception import Detections
+from negt2i.core.stage_types import Image, ModelInfo, OperatingPoint, applied
+from negt2i.core.vocab import COCO_CLASSES
 from negt2i.stages.common import DETECT_CLASSES, ClassLists, check_image, chunks, select_detections, select_requested
 from negt2i.stages.registry import register
 from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING
-from negt2i.vocab import COCO_CLASSES
 
 BACKEND: Final = "maskrcnn-r50"
 MODEL: Final = "maskrcnn_resnet50_fpn"

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
-from negt2i.stage_types import STAGES
+from negt2i.core.stage_types import STAGES
 
-__all__ = [  # STAGES is the core's (negt2i.stage_types), re-exported: plug-ins import it from here
+__all__ = [  # STAGES is the core's (negt2i.core.stage_types), re-exported: plug-ins import it from here
     "BACKEND_MODULES_ENV",
     "BUILTIN_MODULES",
     "DEFAULT_BACKENDS",
@@ -40,7 +40,7 @@ __all__ = [  # STAGES is the core's (negt2i.stage_types), re-exported: plug-ins 
 ]
 
 if TYPE_CHECKING:
-    from negt2i.config import RuleConfig
+    from negt2i.core.config import RuleConfig
     from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Segmenter
 
 BUILTIN_MODULES: list[str] = [
@@ -213,7 +213,7 @@ def create(
     shape: tuple[int, int] | None = None,
 ) -> Detector | Segmenter | AttributeScorer | DepthEstimator:  # fmt: skip
     """Build backend ``name`` of ``stage`` (see the module docstring)."""
-    from negt2i.config import CURRENT
+    from negt2i.core.config import CURRENT
     from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Segmenter
 
     row = backend(stage, name)

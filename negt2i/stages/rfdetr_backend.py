@@ -18,7 +18,7 @@ RF-DETR's post-processing (``_FilteredPostProcess``): of the top 300 query/class
 the requested classes above the floor, at most ``max_per_class`` per class, have their masks gathered
 and upsampled to the image, so the cost of full-resolution masks follows what the rules read, not the
 300 raw detections. The kept detections are exactly those the unfiltered call followed by
-``negt2i.flow.filter_detections`` gives (``tests/stages/test_class_filter.py``).
+``negt2i.core.flow.filter_detections`` gives (``tests/stages/test_class_filter.py``).
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.perception import Detections
-from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.perception import Detections
+from negt2i.core.stage_types import Image, ModelInfo, OperatingPoint, applied
+from negt2i.core.vocab import COCO_CLASSES
 from negt2i.stages.common import DETECT_CLASSES, ClassLists, check_image, select_detections, select_requested
 from negt2i.stages.registry import register
-from negt2i.vocab import COCO_CLASSES
 
 BACKEND: Final = "rfdetr-seg-xl"
 MODEL: Final = "RFDETRSegXLarge"

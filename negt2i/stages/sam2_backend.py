@@ -19,8 +19,8 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.stage_types import Image, ModelInfo, applied
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.stage_types import Image, ModelInfo, applied
 from negt2i.stages.base import RefineItem
 from negt2i.stages.common import check_boxes, check_image, chunks, refine_with_candidates
 from negt2i.stages.registry import register

@@ -5,7 +5,7 @@ through ``open_clip``). Each instance is cropped to its mask's box with the
 pixels outside the detector mask filled with gray ``#999`` (no SAM), and scored
 against one text embedding per answer as 100 x the cosine similarity of the image
 and text embeddings. The text embedding of an answer comes from the rule config's
-template set (``attributes.text_templates``, ``negt2i.config.TEXT_TEMPLATES``): one
+template set (``attributes.text_templates``, ``negt2i.core.config.TEXT_TEMPLATES``): one
 prompt (``single``, the default), or GenEval's three colour templates whose normalised
 embeddings are averaged and normalised again (``geneval``). Text embeddings are cached
 per (template set, class, answers).
@@ -22,12 +22,12 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.config import CURRENT, TEXT_TEMPLATES, RuleConfig
-from negt2i.perception import mask_to_xyxy
+from negt2i.core.config import CURRENT, TEXT_TEMPLATES, RuleConfig
+from negt2i.core.perception import mask_to_xyxy
+from negt2i.core.vocab import MATERIALS
 from negt2i.stages.base import Image, ModelInfo, ScoreItem, applied
 from negt2i.stages.common import check_image, check_instance_masks, masked_crop
 from negt2i.stages.registry import register
-from negt2i.vocab import MATERIALS
 
 BACKEND: Final = "siglip2-so400m-378"
 MODEL: Final = "ViT-SO400M-14-SigLIP2-378/webli"
@@ -44,7 +44,7 @@ def text_prompt(value: str, class_name: str) -> str:
 
 def text_prompts(value: str, class_name: str, templates: str = "single") -> list[str]:
     """The prompts whose embeddings make one answer's text embedding under a template set
-    (``negt2i.config.TEXT_TEMPLATES``): GenEval's three for a colour under ``geneval``, else the single one."""
+    (``negt2i.core.config.TEXT_TEMPLATES``): GenEval's three for a colour under ``geneval``, else the single one."""
     if templates == "single" or value in MATERIALS:
         return [text_prompt(value, class_name)]
     return [t.format(value=value, class_name=class_name) for t in TEXT_TEMPLATES[templates]]

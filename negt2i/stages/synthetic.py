@@ -39,9 +39,10 @@ from numpy.typing import NDArray
 from scipy import ndimage
 
 from negt2i import __version__
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.perception import Detections, mask_to_xyxy
-from negt2i.stage_types import Image, ModelInfo, OperatingPoint, applied
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.perception import Detections, mask_to_xyxy
+from negt2i.core.stage_types import Image, ModelInfo, OperatingPoint, applied
+from negt2i.core.vocab import COCO_CLASSES
 from negt2i.stages.base import RefineItem, ScoreItem
 from negt2i.stages.common import (
     DETECT_CLASSES,
@@ -53,7 +54,6 @@ from negt2i.stages.common import (
     select_requested,
 )
 from negt2i.stages.registry import register
-from negt2i.vocab import COCO_CLASSES
 
 BACKEND: Final = "synthetic"
 MODEL: Final = "synthetic-palette-v1"

@@ -25,11 +25,11 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
-from negt2i import images, rle
-from negt2i.config import STAGE_RULES
-from negt2i.failures import Code, ContractRule, Failure, FailureKind
-from negt2i.jsonl import JsonError, JsonTooDeep, parse_json
-from negt2i.perception import (
+from negt2i.core import images, rle
+from negt2i.core.config import STAGE_RULES
+from negt2i.core.failures import Code, ContractRule, Failure, FailureKind
+from negt2i.core.jsonl import JsonError, JsonTooDeep, parse_json
+from negt2i.core.perception import (
     AttributeScores,
     BoolMask,
     Detections,
@@ -37,7 +37,7 @@ from negt2i.perception import (
     ImagePerception,
     RefinedMasks,
 )
-from negt2i.spec import (
+from negt2i.core.spec import (
     MAX_EXTRA_BYTES,
     MAX_EXTRA_DEPTH,
     MAX_OBJECTS,
@@ -48,9 +48,9 @@ from negt2i.spec import (
     SpecError,
     parse_prompt,
 )
-from negt2i.stage_types import Image, ModelInfo, OperatingPoint
-from negt2i.verdict import FailureCause, RowFailure, Verdict
-from negt2i.vocab import (
+from negt2i.core.stage_types import Image, ModelInfo, OperatingPoint
+from negt2i.core.verdict import FailureCause, RowFailure, Verdict
+from negt2i.core.vocab import (
     ANSWERS,
     BENCHMARK_CLASSES,
     CASE_RULE,
@@ -72,7 +72,7 @@ HEALTH_DETAILS_PREFIX: Final = "negt2i-stage-"
 """Trailing metadata of the orchestrator's health answers: ``negt2i-stage-<stage>`` = why that stage is refused
 or down, or the warnings it was accepted with (``orchestrator.discovery``)."""
 FEATURE_EXIF_ORIENTATION: Final = "image.exif_orientation"
-"""``StageInfo.features``: the stage applies the EXIF orientation (as ``negt2i.images.decode_image``); a stage
+"""``StageInfo.features``: the stage applies the EXIF orientation (as ``negt2i.core.images.decode_image``); a stage
 that does not list it (the contract before the decoder applied it) gets upright pixels instead
 (``orchestrator.stages.RemoteStages.image_for``)."""
 """``StageInfo.features`` entry of a detector that honours ``DetectItem.classes`` / ``max_per_class``."""
@@ -179,7 +179,7 @@ def item_failure(exc: BaseException) -> stages_pb2.ItemFailure:
 
 
 def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, field: str = "image") -> Image:
-    """``negt2i.images.decode_image`` (the one decoder: PNG/JPEG/WebP, pixel limit from the header, EXIF
+    """``negt2i.core.images.decode_image`` (the one decoder: PNG/JPEG/WebP, pixel limit from the header, EXIF
     orientation applied), its ``ImageError`` raised as ``WireError`` naming ``field`` (gRPC
     ``INVALID_ARGUMENT``, stage item status 400)."""
     try:
@@ -624,7 +624,7 @@ def _statements_from_proto(msgs: Sequence[evaluator_pb2.Statement], where_prefix
 
 
 def vocabulary_to_proto() -> evaluator_pb2.Vocabulary:
-    """The published vocabulary (``GetVocabulary``, ``ServiceInfo.vocabulary``), from ``negt2i.vocab``."""
+    """The published vocabulary (``GetVocabulary``, ``ServiceInfo.vocabulary``), from ``negt2i.core.vocab``."""
     categories = []
     for category in Category:
         categories.append(

@@ -17,7 +17,7 @@ failed stream item carries the same message in ``ItemError.status``. The status 
 
 Messages are plain words: ``plain`` removes Python object reprs (``<_io.BytesIO object at 0x...>``) and
 exception class names that can reach a message from a library; pydantic's texts are mapped where they
-arise (``negt2i.spec.plain_message``).
+arise (``negt2i.core.spec.plain_message``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import re
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
-from negt2i.failures import Code, ContractRule, Failure, FailureKind
+from negt2i.core.failures import Code, ContractRule, Failure, FailureKind
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message

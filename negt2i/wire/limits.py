@@ -7,7 +7,7 @@ alone with status 400 (``WireError``), never the batch and never with a 500:
 - ``max_mask_pixels``: masks x H x W per item (what decoding them allocates, one byte per pixel);
 - ``max_answers`` answers per attributes item, ``max_text_chars`` per class name / answer;
 - every compressed RLE string at most ``min(max_rle_chars, 2 x H x W + 16)`` characters
-  (``negt2i.rle.max_compressed_chars``), checked before it is decoded;
+  (``negt2i.core.rle.max_compressed_chars``), checked before it is decoded;
 - box coordinates finite (no NaN / infinity) with ``x0 <= x1`` and ``y0 <= y1``;
 - enum values known (``DepthItem.encoding``).
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from negt2i import rle
+from negt2i.core import rle
 from negt2i.wire.adapter import WireError
 from negt2i.wire.v1 import common_pb2
 

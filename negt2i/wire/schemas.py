@@ -1,7 +1,7 @@
 """The shapes of the JSON that ``negt2i.v1`` carries in string fields, as published JSON Schemas.
 
 A verdict's measurements and the rule config record are free-form JSON in the core
-(``negt2i.verdict``, ``negt2i.rules``, ``negt2i.config``) and travel as JSON text
+(``negt2i.core.verdict``, ``negt2i.core.rules``, ``negt2i.core.config``) and travel as JSON text
 (``ObjectVerdict.measurements_json``, ``StatementVerdict.measurements_json``,
 ``Verdict.config_json``, ``ServiceInfo.rules_json``). The models below describe that JSON
 exactly (every key required, no other key allowed); ``scripts/protos/schemas.py`` writes
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from negt2i.config import ADDED_DEFAULTS, RuleConfig
+from negt2i.core.config import ADDED_DEFAULTS, RuleConfig
 
 SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_DIR: Final = "negt2i/v1/schemas"

@@ -33,12 +33,12 @@ from typing import Any, Final
 import numpy as np
 from google.protobuf.message import Message
 
-from negt2i.stage_types import STAGES, Image, ModelInfo
+from negt2i.core.stage_types import STAGES, Image, ModelInfo
+from negt2i.core.vocab import COCO_CLASSES
 from negt2i.stages._torch import parse_dtypes
 from negt2i.stages.base import PreparesInputs
 from negt2i.stages.common import detect_requested
 from negt2i.stages.registry import DEFAULT_BACKENDS, create
-from negt2i.vocab import COCO_CLASSES
 from negt2i.wire import adapter
 from negt2i.wire.limits import ItemLimits
 from negt2i.wire.stage_table import spec
@@ -108,7 +108,7 @@ class StageSettings:
 
 
 def _create_backend(settings: StageSettings) -> Any:
-    from negt2i.config import load_config
+    from negt2i.core.config import load_config
 
     options: dict[str, Any] = {
         "device": settings.device,
@@ -207,7 +207,7 @@ class StageHandler:
 
     def warm_up(self) -> None:
         """Run one tiny item through the backend, then mark the handler ready."""
-        from negt2i.perception import mask_to_xyxy
+        from negt2i.core.perception import mask_to_xyxy
 
         image = np.full((32, 32, 3), 250, dtype=np.uint8)
         png = adapter.encode_png(image)

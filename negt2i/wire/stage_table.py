@@ -17,7 +17,7 @@ import numpy as np
 from google.protobuf.message import Message
 from numpy.typing import NDArray
 
-from negt2i.stage_types import STAGES
+from negt2i.core.stage_types import STAGES
 from negt2i.wire import adapter
 from negt2i.wire.v1 import stages_pb2
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from negt2i.client import AsyncEvaluatorClient, ClientError, EvaluateResult
-from negt2i.spec import Prompt, parse_prompt
+from negt2i.core.spec import Prompt, parse_prompt
 from negt2i.stages.demo_data import prompt_records, scene_for
 from negt2i.wire.adapter import encode_png
 

@@ -19,8 +19,8 @@ from negt2i.annotation.questions import (
     write_questions,
 )
 from negt2i.cli import main
-from negt2i.spec import Prompt, parse_prompt
-from negt2i.vocab import PREDICATES, Category
+from negt2i.core.spec import Prompt, parse_prompt
+from negt2i.core.vocab import PREDICATES, Category
 
 SUBJECT, TARGET = "backpack", "parking meter"
 ATTRIBUTE_VALUES = {"color": "red", "material": "wooden"}

@@ -14,9 +14,9 @@ from PIL import Image
 from negt2i.annotation.questions import write_questions
 from negt2i.annotation.task import TaskError, export_task, import_labels
 from negt2i.cli import main
+from negt2i.core.results import ok_record
+from negt2i.core.spec import parse_prompt
 from negt2i.metrics.synthetic import make_prompts, make_verdict
-from negt2i.results import ok_record
-from negt2i.spec import parse_prompt
 
 MODELS = ("model-a", "model-b")
 

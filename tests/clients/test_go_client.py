@@ -21,7 +21,7 @@ from google.protobuf import json_format
 
 from negt2i.cli import main
 from negt2i.client import EvaluatorClient, make_request
-from negt2i.spec import parse_prompt
+from negt2i.core.spec import parse_prompt
 from negt2i.wire.v1 import evaluator_pb2
 from tests.clients.conftest import STAGES
 from tests.services.live import REPO, Proc

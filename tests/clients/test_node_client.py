@@ -23,7 +23,7 @@ from grpc_status import rpc_status
 
 from negt2i.cli import main
 from negt2i.client import ClientError, EvaluatorClient, make_request
-from negt2i.spec import parse_prompt
+from negt2i.core.spec import parse_prompt
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2

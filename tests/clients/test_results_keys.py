@@ -11,7 +11,7 @@ from typing import Any
 
 from negt2i.cli import main
 from negt2i.client import EvaluatorClient, make_request
-from negt2i.spec import parse_prompt
+from negt2i.core.spec import parse_prompt
 from negt2i.wire.v1 import common_pb2, evaluator_pb2
 from tests.clients.test_go_client import pytestmark  # noqa: F401 - the "clients" xdist group
 from tests.services.live import Proc

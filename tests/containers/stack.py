@@ -233,7 +233,12 @@ def submit_and_compare(target: str, demo: Path, embedded: Path, out: Path, detec
     ``detector_model`` as its detector and the in-network stage URLs as its services."""
     result = negt2i("submit", str(demo), "--orchestrator", target, "--out", str(out), "--no-progress")
     check(result.returncode == 0, f"negt2i submit failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    got, want = rows(out), rows(embedded)
+    return compare_lines(rows(out), rows(embedded), detector_model)
+
+
+def compare_lines(got: list[dict[str, Any]], want: list[dict[str, Any]], detector_model: str) -> int:
+    """Every submitted line (in the embedded run's order) equals the embedded run's, apart from the
+    stage identities: the detector must be ``detector_model``, the services the in-network stage URLs."""
     check(len(got) == len(want) > 0, f"{len(got)} submitted lines, {len(want)} embedded")
     for g, w in zip(got, want, strict=True):
         services = g.pop("services", {})
@@ -347,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             n = submit_and_compare(target, demo, embedded, tmp / "submitted.jsonl", "synthetic-palette-v1")
             log(f"  {n}/{n} lines identical to negt2i evaluate")
 
-        from negt2i.spec import parse_prompt
+        from negt2i.core.spec import parse_prompt
 
         first = json.loads((demo / "00000" / "metadata.jsonl").read_text().splitlines()[0])
         image = sorted((demo / "00000" / "samples").iterdir())[0].read_bytes()

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from negt2i.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
+from negt2i.core.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
 
 H = W = 100
 

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.perception import ImagePerception
-from negt2i.perception_file import PerceptionWriter, perception_record
-from negt2i.results import ok_record, prompt_metadata
-from negt2i.spec import Prompt
-from negt2i.verdict import judge
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.perception import ImagePerception
+from negt2i.core.perception_file import PerceptionWriter, perception_record
+from negt2i.core.results import ok_record, prompt_metadata
+from negt2i.core.spec import Prompt
+from negt2i.core.verdict import judge
 
 DETECTOR = {"stage": "detector", "backend": "planted", "model": "planted-scores-v1"}
 
@@ -47,7 +47,7 @@ def write_run(
 
 
 def write_coco(path: Path, items: Sequence[Item]) -> Path:
-    from negt2i.vocab import COCO_CLASSES
+    from negt2i.core.vocab import COCO_CLASSES
 
     cat = {n: k + 1 for k, n in enumerate(COCO_CLASSES)}
     images, anns = [], []

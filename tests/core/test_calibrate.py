@@ -18,8 +18,8 @@ from negt2i.calibrate import (
     split_images,
 )
 from negt2i.cli import main
-from negt2i.config import CURRENT, load_config
-from negt2i.spec import parse_prompt
+from negt2i.core.config import CURRENT, load_config
+from negt2i.core.spec import parse_prompt
 
 from .helpers import perception, rect
 from .saved_runs import DETECTOR, Item, write_coco, write_run

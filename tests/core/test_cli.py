@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import main
-from negt2i.config import CURRENT, PREVIOUS
+from negt2i.core.config import CURRENT, PREVIOUS
 
 
 def test_rules_prints_each_preset(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from negt2i.config import CURRENT, PREVIOUS, DepthConfig, load_config
-from negt2i.geometry import mask_stats
-from negt2i.rules import measure_depth, measure_depth_contact_band, rim
-from negt2i.vocab import CONVERSE
+from negt2i.core.config import CURRENT, PREVIOUS, DepthConfig, load_config
+from negt2i.core.geometry import mask_stats
+from negt2i.core.rules import measure_depth, measure_depth_contact_band, rim
+from negt2i.core.vocab import CONVERSE
 
 from .helpers import rect
 
@@ -179,7 +179,7 @@ def test_contact_band_reads_only_its_surfaces(a: np.ndarray, b: np.ndarray, seed
     if m.values.get("degenerate") or m.values.get("too_few_pixels"):
         return
     sa, sb = mask_stats(a), mask_stats(b)
-    from negt2i.geometry import facing_surface
+    from negt2i.core.geometry import facing_surface
 
     if m.values["surface"] == "contact":
         fa, fb = facing_surface(sa, sb, 12.0), facing_surface(sb, sa, 12.0)

@@ -1,8 +1,8 @@
-"""The per-image flow's contract checks (``negt2i.flow``): one row per contract rule, one bad stage answer each.
+"""The per-image flow's contract checks (``negt2i.core.flow``): one row per contract rule, one bad stage answer each.
 
 Every row starts from a sound answer of every stage (judged without a failure, the first test) and breaks
 exactly one thing; ``begin`` or ``finish`` must then raise ``StageError`` naming the stage and the rule
-(``negt2i.failures.ContractRule``). The three rules about what travels between processes
+(``negt2i.core.failures.ContractRule``). The three rules about what travels between processes
 (``detect-result``, ``result-schema``, ``stage-info``) are checked by the orchestrator's stage client and
 asserted by name in ``tests/orchestrator/test_stage_client.py``; the last test keeps the two lists whole.
 """
@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from negt2i import flow
-from negt2i.config import CURRENT
-from negt2i.failures import ContractRule, StageError
-from negt2i.perception import Detections
-from negt2i.spec import Prompt, parse_prompt
+from negt2i.core import flow
+from negt2i.core.config import CURRENT
+from negt2i.core.failures import ContractRule, StageError
+from negt2i.core.perception import Detections
+from negt2i.core.spec import Prompt, parse_prompt
 
 from .helpers import rect
 

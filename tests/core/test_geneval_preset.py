@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from negt2i.config import CURRENT, GENEVAL, PRESETS, load_config
-from negt2i.spec import parse_prompt
-from negt2i.verdict import judge
+from negt2i.core.config import CURRENT, GENEVAL, PRESETS, load_config
+from negt2i.core.spec import parse_prompt
+from negt2i.core.verdict import judge
 
 from .helpers import perception
 

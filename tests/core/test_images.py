@@ -1,4 +1,4 @@
-"""The one image decoder (negt2i.images): formats, the pixel limit from the header, EXIF orientation."""
+"""The one image decoder (negt2i.core.images): formats, the pixel limit from the header, EXIF orientation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image as PILImage
 
-from negt2i.images import DEFAULT_MAX_PIXELS, ImageError, decode_image, header_size, load_image
+from negt2i.core.images import DEFAULT_MAX_PIXELS, ImageError, decode_image, header_size, load_image
 from negt2i.wire import adapter
 from tests.imagefiles import bomb_png, encoded, exif_rotated_jpeg
 
@@ -154,7 +154,7 @@ def _padded_jpeg(segments: int, *, after_frame: bool = False, fill: bool = False
 
 @pytest.mark.parametrize("where", [{}, {"after_frame": True}, {"fill": True}])
 def test_a_jpeg_padded_with_empty_segments_is_refused_at_the_limit(where: dict):
-    from negt2i.images import MAX_JPEG_SEGMENTS
+    from negt2i.core.images import MAX_JPEG_SEGMENTS
 
     few = MAX_JPEG_SEGMENTS - 40  # the file's own ~10 segments before its scan stay under the limit
     assert decode_image(_padded_jpeg(few, **where)).shape == (12, 20, 3)  # below: a normal image

@@ -1,4 +1,4 @@
-"""Size limits of prompt metadata (``negt2i.spec``), of the wire's ``extra_json`` and of stage items
+"""Size limits of prompt metadata (``negt2i.core.spec``), of the wire's ``extra_json`` and of stage items
 (``negt2i.wire.limits``); the RLE decoder's input checks; no symlinks out of an image folder."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from negt2i import rle, spec
+from negt2i.core import rle, spec
+from negt2i.core.spec import SpecError, parse_prompt
 from negt2i.run.jobs import geneval_jobs
-from negt2i.spec import SpecError, parse_prompt
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.limits import ItemLimits

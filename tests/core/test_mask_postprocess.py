@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from scipy import ndimage
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.rules import disk, postprocess_mask
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.rules import disk, postprocess_mask
 
 
 def scipy_postprocess(mask: NDArray[np.bool_], radius: int, fraction: float) -> NDArray[np.bool_]:

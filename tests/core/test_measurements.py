@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from negt2i.config import PREVIOUS, RuleConfig
-from negt2i.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
-from negt2i.spec import parse_prompt
-from negt2i.verdict import judge
-from negt2i.vocab import ANSWERS, PREDICATES, Category
+from negt2i.core.config import PREVIOUS, RuleConfig
+from negt2i.core.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
+from negt2i.core.spec import parse_prompt
+from negt2i.core.verdict import judge
+from negt2i.core.vocab import ANSWERS, PREDICATES, Category
 
 from .helpers import rect
 

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from negt2i import rle
-from negt2i.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
+from negt2i.core import rle
+from negt2i.core.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
 
 from .helpers import rect
 

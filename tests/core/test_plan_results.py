@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from negt2i.config import CURRENT
-from negt2i.perception import Detections
-from negt2i.plan import plan_perception
-from negt2i.results import error_record, ok_record, read_results, write_line
-from negt2i.spec import parse_prompt
-from negt2i.verdict import judge
-from negt2i.vocab import COLOR_ANSWERS
+from negt2i.core.config import CURRENT
+from negt2i.core.perception import Detections
+from negt2i.core.plan import plan_perception
+from negt2i.core.results import error_record, ok_record, read_results, write_line
+from negt2i.core.spec import parse_prompt
+from negt2i.core.verdict import judge
+from negt2i.core.vocab import COLOR_ANSWERS
 
 from .helpers import perception, rect
 

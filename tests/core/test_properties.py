@@ -6,17 +6,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from negt2i.config import CURRENT, PREVIOUS
-from negt2i.rules import (
+from negt2i.core.config import CURRENT, PREVIOUS
+from negt2i.core.rules import (
     attribute_confusion_set,
     comparative_predicates,
     depth_predicates,
     directional_predicates,
     proximity_predicates,
 )
-from negt2i.spec import parse_prompt
-from negt2i.verdict import judge
-from negt2i.vocab import CONVERSE, PREDICATES, Category
+from negt2i.core.spec import parse_prompt
+from negt2i.core.verdict import judge
+from negt2i.core.vocab import CONVERSE, PREDICATES, Category
 
 from .helpers import perception
 
@@ -134,7 +134,7 @@ def test_geometry_matches_brute_force(a: np.ndarray, b: np.ndarray, window: floa
     Integer windows put pixels exactly at the facing limit (a rounding trap once found here)."""
     from scipy import ndimage
 
-    from negt2i.geometry import facing_surface, gap, mask_stats
+    from negt2i.core.geometry import facing_surface, gap, mask_stats
 
     sa, sb = mask_stats(a), mask_stats(b)
     dist_to_b = ndimage.distance_transform_edt(~b)
@@ -159,7 +159,7 @@ def test_batched_pairs_match_brute_force_and_single_pairs(masks: list[np.ndarray
     rule's mean disparity sums them in that order."""
     from scipy import ndimage
 
-    from negt2i.geometry import facing_pairs, facing_surface, gap, gaps, mask_stats
+    from negt2i.core.geometry import facing_pairs, facing_surface, gap, gaps, mask_stats
 
     masks = [m for m in masks if m.any()]
     stats = [mask_stats(m) for m in masks]

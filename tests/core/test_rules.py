@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from negt2i.config import CURRENT, PREVIOUS, DirectionalConfig, RuleConfig
-from negt2i.perception import Detections
-from negt2i.rules import (
+from negt2i.core.config import CURRENT, PREVIOUS, DirectionalConfig, RuleConfig
+from negt2i.core.perception import Detections
+from negt2i.core.rules import (
     attribute_confusion_set,
     comparative_predicates,
     depth_predicates,

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from negt2i.perception import ImagePerception
-from negt2i.spec import Prompt, parse_prompt
-from negt2i.verdict import FailureCause, Verdict, element_score, judge
-from negt2i.vocab import COLOR_ANSWERS, MATERIALS
+from negt2i.core.perception import ImagePerception
+from negt2i.core.spec import Prompt, parse_prompt
+from negt2i.core.verdict import FailureCause, Verdict, element_score, judge
+from negt2i.core.vocab import COLOR_ANSWERS, MATERIALS
 
 from .helpers import perception, rect
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from negt2i.spec import (
+from negt2i.core.spec import (
     AttributeStatement,
     Polarity,
     RelationStatement,
@@ -17,7 +17,7 @@ from negt2i.spec import (
     read_prompts,
     write_prompts,
 )
-from negt2i.vocab import BENCHMARK_CLASSES, COCO_CLASSES, Category
+from negt2i.core.vocab import BENCHMARK_CLASSES, COCO_CLASSES, Category
 
 RELATION = {
     "id": "directional-pos2_neg2-007",

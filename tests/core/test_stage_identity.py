@@ -1,12 +1,12 @@
-"""The one check of what a stage states about itself (``negt2i.stage_identity.check_model_info``): every
+"""The one check of what a stage states about itself (``negt2i.core.stage_identity.check_model_info``): every
 condition on both sides, strict and not."""
 
 from __future__ import annotations
 
 import pytest
 
-from negt2i.config import CURRENT, load_config, stage_rules
-from negt2i.stage_identity import check_model_info, strict_from_env
+from negt2i.core.config import CURRENT, load_config, stage_rules
+from negt2i.core.stage_identity import check_model_info, strict_from_env
 from negt2i.stages.base import ModelInfo, OperatingPoint
 
 FLOOR = {"detection.prediction_floor": 0.005}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from negt2i.config import (
+from negt2i.core.config import (
     CURRENT,
     GENEVAL,
     PREVIOUS,
@@ -77,7 +77,7 @@ def test_the_synthetic_scorer_states_the_config_it_was_built_with():
 
 
 def test_the_orchestrator_refuses_an_attributes_stage_with_another_template_set():
-    from negt2i.stage_types import ModelInfo
+    from negt2i.core.stage_types import ModelInfo
     from negt2i.wire import adapter
     from negt2i.wire.v1 import stages_pb2
     from orchestrator.settings import DEFAULT_URLS
@@ -97,7 +97,7 @@ def test_the_orchestrator_refuses_an_attributes_stage_with_another_template_set(
 
 
 def test_the_in_process_check_holds_a_backend_to_the_template_set():
-    from negt2i.stage_identity import check_model_info
+    from negt2i.core.stage_identity import check_model_info
     from negt2i.stages.synthetic import SyntheticAttributeScorer
 
     assert check_model_info("attributes", SyntheticAttributeScorer(config=ENSEMBLE).info, ENSEMBLE).ok
@@ -107,7 +107,7 @@ def test_the_in_process_check_holds_a_backend_to_the_template_set():
 
 
 def test_re_judging_refuses_another_template_set():
-    from negt2i.rejudge import RejudgeError, SavedRun, check_config
+    from negt2i.core.rejudge import RejudgeError, SavedRun, check_config
 
     saved = SavedRun([], {}, CURRENT.record(), [])
     check_config(saved, CURRENT)

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from negt2i.config import PREVIOUS
-from negt2i.spec import Prompt, parse_prompt
-from negt2i.verdict import FailureCause, PerceptionError, RowFailure, Verdict, judge
-from negt2i.vocab import COLOR_ANSWERS, MATERIALS
+from negt2i.core.config import PREVIOUS
+from negt2i.core.spec import Prompt, parse_prompt
+from negt2i.core.verdict import FailureCause, PerceptionError, RowFailure, Verdict, judge
+from negt2i.core.vocab import COLOR_ANSWERS, MATERIALS
 
 from .helpers import perception, rect
 
@@ -123,7 +123,7 @@ def test_refined_masks_are_used_and_required() -> None:
 
 
 def test_refined_mask_overrides_detector_mask() -> None:
-    from negt2i.perception import Detections, ImagePerception, RefinedMasks
+    from negt2i.core.perception import Detections, ImagePerception, RefinedMasks
 
     prompt = relation_prompt("directional", [(1, "left of", "positive")], ("backpack", "cup"))
     dets = Detections.from_masks(["backpack", "cup"], [0.9, 0.9], [RIGHT, MID], (100, 100))

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from negt2i.core.spec import Prompt
 from negt2i.corpus.build import build_corpus
 from negt2i.corpus.selectors import TableSelector
-from negt2i.spec import Prompt
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = REPO / "data" / "negt2ibench.jsonl"

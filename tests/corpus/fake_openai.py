@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from negt2i.core.vocab import Category
 from negt2i.corpus import plausibility
-from negt2i.vocab import Category
 
 Reply = tuple[int, str]  # HTTP status, message content (or raw body for status != 200)
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import corpus_cmd
+from negt2i.core.spec import AttributeStatement, Polarity, Prompt, RelationStatement, read_prompts
+from negt2i.core.vocab import BENCHMARK_CLASSES, Category
 from negt2i.corpus import plausibility
 from negt2i.corpus.build import (
     SETTING_NAMES,
@@ -26,8 +28,6 @@ from negt2i.corpus.build import (
 )
 from negt2i.corpus.selectors import Pair, TableSelector
 from negt2i.corpus.stats import corpus_stats
-from negt2i.spec import AttributeStatement, Polarity, Prompt, RelationStatement, read_prompts
-from negt2i.vocab import BENCHMARK_CLASSES, Category
 
 from .conftest import COMMITTED, REPO
 
@@ -135,7 +135,7 @@ SUBPROCESS_BUILD = """
 import sys
 from negt2i.corpus.build import build_corpus, corpus_bytes
 from negt2i.corpus.selectors import TableSelector
-from negt2i.vocab import Category
+from negt2i.core.vocab import Category
 prompts = build_corpus(TableSelector(), seed=0, categories=(Category.MATERIAL, Category.COMPARATIVE))
 sys.stdout.buffer.write(corpus_bytes(prompts))
 """

@@ -9,10 +9,10 @@ import random
 import pytest
 
 from negt2i.cli import corpus_cmd
+from negt2i.core.spec import Prompt
+from negt2i.core.vocab import BENCHMARK_CLASSES, Category
 from negt2i.corpus.balancing import least_used, most_even, off_even
 from negt2i.corpus.stats import Allocation, category_stats
-from negt2i.spec import Prompt
-from negt2i.vocab import BENCHMARK_CLASSES, Category
 
 from .conftest import COMMITTED
 

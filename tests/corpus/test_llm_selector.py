@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import COMMANDS, corpus_cmd
+from negt2i.core.spec import AttributeStatement, Prompt, RelationStatement, read_prompts
+from negt2i.core.vocab import BENCHMARK_CLASSES, COLORS, PREDICATES, Category
 from negt2i.corpus.build import build_corpus, corpus_bytes
 from negt2i.corpus.selectors import (
     DEFAULT_MODEL,
@@ -21,8 +23,6 @@ from negt2i.corpus.selectors import (
     validate_values,
 )
 from negt2i.corpus.validate import validate_prompts
-from negt2i.spec import AttributeStatement, Prompt, RelationStatement, read_prompts
-from negt2i.vocab import BENCHMARK_CLASSES, COLORS, PREDICATES, Category
 
 from .fake_openai import serve
 

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
+from negt2i.core.vocab import BENCHMARK_CLASSES, CONVERSE, PREDICATES, VALUES, Category
 from negt2i.corpus.plausibility import TABLE, attribute_values, relation_plausible
 from negt2i.corpus.selectors import TableSelector
-from negt2i.vocab import BENCHMARK_CLASSES, CONVERSE, PREDICATES, VALUES, Category
 
 
 def test_table_lists_exactly_the_benchmark_classes() -> None:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from negt2i.cli import main
+from negt2i.core.spec import Polarity, Prompt, read_prompts
+from negt2i.core.vocab import Category
 from negt2i.corpus.control import build_control, control_text, stray_words, unique_texts
 from negt2i.corpus.paraphrase import (
     FORMS,
@@ -25,8 +27,6 @@ from negt2i.corpus.templates import AttributeSelection as A
 from negt2i.corpus.templates import RelationSelection as R
 from negt2i.corpus.templates import attribute_prompt, relation_prompt
 from negt2i.corpus.validate import detect_kind, validate_control_file, validate_paraphrase_file
-from negt2i.spec import Polarity, Prompt, read_prompts
-from negt2i.vocab import Category
 
 from .conftest import COMMITTED, REPO
 

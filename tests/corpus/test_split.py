@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import main
+from negt2i.core.spec import Prompt, read_prompts
+from negt2i.core.vocab import SETTING_NAMES, Category
 from negt2i.corpus.build import metadata_path
 from negt2i.corpus.selectors import TableSelector
 from negt2i.corpus.split import build_train
-from negt2i.spec import Prompt, read_prompts
-from negt2i.vocab import SETTING_NAMES, Category
 from negt2i.wire import adapter
 
 REPO = Path(__file__).resolve().parents[2]

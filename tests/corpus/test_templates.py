@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from negt2i.core.spec import Polarity, parse_prompt
+from negt2i.core.vocab import Category
 from negt2i.corpus.templates import (
     AttributeSelection,
     RelationSelection,
@@ -14,8 +16,6 @@ from negt2i.corpus.templates import (
     relation_text,
     render,
 )
-from negt2i.spec import Polarity, parse_prompt
-from negt2i.vocab import Category
 
 POS, NEG = Polarity.POSITIVE, Polarity.NEGATED
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from negt2i.core.spec import Prompt, read_prompts
 from negt2i.generate.presets import ModelSpec
-from negt2i.spec import Prompt, read_prompts
 from tests.generate.tiny import build_pipeline
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from negt2i.core.spec import Prompt, parse_prompt
 from negt2i.generate import GenerateError, ModelSpec, generate, plan
 from negt2i.generate.runner import RUN_FILE
 from negt2i.run.jobs import discover
-from negt2i.spec import Prompt, parse_prompt
 from tests.generate.conftest import Counting
 
 SEEDS = (42, 43)

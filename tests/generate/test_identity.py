@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from negt2i.core.spec import Prompt
 from negt2i.generate import GenerateError, ModelSpec, generate, preset
 from negt2i.generate.diffusers_backend import DiffusersGenerator, folder_digest, loaded_files, weights_identity
 from negt2i.generate.runner import RUN_FILE
-from negt2i.spec import Prompt
 from tests.generate.tiny import build_pipeline
 
 SEEDS = (42,)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import main
+from negt2i.core.spec import Prompt, dumps_prompt
 from negt2i.generate import DEFAULT_SEEDS, PRESETS, GenerateError, available, create, parse_seeds, preset
 from negt2i.generate import registry as gen_registry
-from negt2i.spec import Prompt, dumps_prompt
 
 # Table 18 (Appendix E.1): steps and resolution of the eleven configurations.
 TABLE_18 = [

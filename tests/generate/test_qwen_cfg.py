@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import pytest
 from PIL import Image
 
+from negt2i.core.spec import Prompt
 from negt2i.generate import PRESETS, preset
 from negt2i.generate.diffusers_backend import DiffusersGenerator
 from negt2i.generate.runner import generate
-from negt2i.spec import Prompt
 
 
 class RecordingPipeline:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from negt2i.config import CURRENT, load_config
+from negt2i.core.config import CURRENT, load_config
 from tests.k8s.helpers import K8S, STAGES, by_kind, kustomize, rendered
 
 RULES = K8S / "base" / "config" / "rules.json"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from negt2i.core.spec import Prompt
 from negt2i.metrics.synthetic import make_prompts, make_results
-from negt2i.spec import Prompt
 
 
 def rate_a(category: str, setting: str) -> float:

@@ -13,6 +13,7 @@ from scipy import stats as sps
 from sklearn.metrics import cohen_kappa_score
 
 from negt2i.cli import main
+from negt2i.core.results import ok_record
 from negt2i.metrics.agreement import (
     OURS,
     AgreementInputError,
@@ -26,7 +27,6 @@ from negt2i.metrics.agreement import (
 from negt2i.metrics.records import ImageRow, parse_line
 from negt2i.metrics.stats import fleiss_kappa
 from negt2i.metrics.synthetic import make_judge, make_labels, make_prompts, make_results, make_verdict
-from negt2i.results import ok_record
 
 from .conftest import write_jsonl
 
@@ -342,7 +342,7 @@ def test_agreement_command_writes_json_markdown_and_csv(
 def _bench_study(absent_objects: str) -> Any:
     """The paper's case: "a photo of a non-wooden bench"; the image has no bench. Annotators a, b, c say there
     is no bench and (asked "is the bench wooden?") no; the judge says the same: p_yes 0.1 and 0.05."""
-    from negt2i.spec import parse_prompt
+    from negt2i.core.spec import parse_prompt
 
     prompt = parse_prompt(
         {

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from negt2i.config import CURRENT
+from negt2i.core.config import CURRENT
+from negt2i.core.results import error_record, ok_record
+from negt2i.core.spec import Prompt
 from negt2i.metrics.benchmark import BenchmarkState, aggregate, missing_cells
 from negt2i.metrics.records import ResultsFormatError, parse_line
 from negt2i.metrics.synthetic import make_prompts, make_verdict
-from negt2i.results import error_record, ok_record
-from negt2i.spec import Prompt
 
 from .conftest import rate_a
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from negt2i.core.vocab import Category
 from negt2i.metrics.report_tables import SETTING_ORDER, pct
 from negt2i.stages.demo_data import corpus_records, main
-from negt2i.vocab import Category
 
 
 def test_full_demo_covers_every_category_and_setting(tmp_path: Path):

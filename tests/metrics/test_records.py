@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from negt2i.core.results import error_record, ok_record, write_line
+from negt2i.core.spec import parse_prompt
+from negt2i.core.verdict import judge
+from negt2i.core.vocab import COLOR_ANSWERS
 from negt2i.metrics.records import ResultsFormatError, iter_rows, parse_line, setting_label, setting_load
-from negt2i.results import error_record, ok_record, write_line
-from negt2i.spec import parse_prompt
-from negt2i.verdict import judge
-from negt2i.vocab import COLOR_ANSWERS
 from tests.core.helpers import perception, rect
 
 MODELS = {

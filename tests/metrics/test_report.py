@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from negt2i.cli import main
-from negt2i.config import PREVIOUS
+from negt2i.core.config import PREVIOUS
+from negt2i.core.spec import Prompt
 from negt2i.metrics.report import build_report, load_model, parse_inputs
 from negt2i.metrics.synthetic import make_results
-from negt2i.spec import Prompt
 
 from .conftest import rate_a, write_jsonl
 

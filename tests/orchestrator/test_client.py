@@ -11,13 +11,13 @@ import pytest
 
 from negt2i.cli.common import parse_shard as _shard
 from negt2i.client import ClientError, make_request
-from negt2i.config import CURRENT, PREVIOUS
-from negt2i.failures import Failure, FailureKind
+from negt2i.core.config import CURRENT, PREVIOUS
+from negt2i.core.failures import Failure, FailureKind
+from negt2i.core.spec import parse_prompt
 from negt2i.run.jobs import Job, select_shard
 from negt2i.run.output import Served, response_line
 from negt2i.run.remote import rules_from_info
 from negt2i.run.stream import retryable, transient
-from negt2i.spec import parse_prompt
 from negt2i.stages.demo_data import prompt_records
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2
@@ -92,7 +92,7 @@ def test_which_failed_calls_are_retried() -> None:
     cannot succeed when sent again. CANCELLED that the client did not ask for (gRPC ending an old connection's
     calls) is retried (issue 31)."""
     from negt2i.client import ClientError
-    from negt2i.failures import Failure, FailureKind
+    from negt2i.core.failures import Failure, FailureKind
 
     overloaded = Failure(FailureKind.STAGE_ERROR, "busy", code="RESOURCE_EXHAUSTED", reason="SERVER_OVERLOADED")
     too_large = Failure(FailureKind.INVALID_METADATA, "big", code="RESOURCE_EXHAUSTED", reason="MESSAGE_TOO_LARGE")
@@ -105,7 +105,7 @@ def test_which_failed_calls_are_retried() -> None:
 
 
 def test_needed_health_follows_the_categories_of_the_jobs(tmp_path) -> None:
-    from negt2i.config import load_config
+    from negt2i.core.config import load_config
     from negt2i.run.jobs import discover
     from negt2i.run.remote import needed_health, needed_stages
     from negt2i.stages.demo_data import demo_entries

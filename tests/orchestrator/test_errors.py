@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from negt2i.config import CURRENT
-from negt2i.failures import Failure, FailureKind, StageError
-from negt2i.plan import category_stages
-from negt2i.spec import SpecError, parse_prompt
-from negt2i.vocab import Category
+from negt2i.core.config import CURRENT
+from negt2i.core.failures import Failure, FailureKind, StageError
+from negt2i.core.plan import category_stages
+from negt2i.core.spec import SpecError, parse_prompt
+from negt2i.core.vocab import Category
 from negt2i.wire import adapter, errors
 from negt2i.wire.v1 import evaluator_pb2
 from orchestrator import discovery

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from negt2i.config import CURRENT
+from negt2i.core.config import CURRENT
 from negt2i.stages.registry import STAGES
 from orchestrator import discovery
 from tests.services.live import REPO, free_port

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from negt2i.failures import Failure, FailureKind
+from negt2i.core.failures import Failure, FailureKind
 from negt2i.reward import RewardClient, RewardFailure, RewardJudge
 from negt2i.run.stream import RetryPolicy
 from negt2i.stages.demo_data import demo_entries

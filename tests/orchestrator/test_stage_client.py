@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from negt2i.failures import ContractRule, StageError
+from negt2i.core.failures import ContractRule, StageError
 from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
 from negt2i.wire import adapter
 from orchestrator.settings import DEFAULT_URLS, Settings
@@ -172,7 +172,7 @@ def _info_json(model: str, *, contract: str = "negt2i.v1", stage: str = "detecto
 
 def test_a_replaced_instance_is_noticed_at_once_and_named_in_the_answer():
     """Two instances behind one address: the answer's digest names the new model, /info is re-read at once."""
-    from negt2i.config import CURRENT
+    from negt2i.core.config import CURRENT
 
     old, old_digest = _info_json("old-model")
     new, new_digest = _info_json("new-model")
@@ -211,7 +211,7 @@ def test_a_replaced_instance_is_noticed_at_once_and_named_in_the_answer():
     ],
 )
 def test_invalid_info_is_refused_with_unavailable(info, needle):
-    from negt2i.config import CURRENT
+    from negt2i.core.config import CURRENT
 
     posts = []
 
@@ -288,7 +288,7 @@ def _varint(n: int) -> bytes:
 
 
 def _detect_twice(handler, bodies: str = "auto") -> list:
-    from negt2i.config import CURRENT
+    from negt2i.core.config import CURRENT
 
     async def run() -> list:
         stages = _stages(handler, config=CURRENT, bodies=bodies)
@@ -335,8 +335,8 @@ def test_a_binary_result_with_an_unknown_field_breaks_the_contract():
 
 def test_masks_are_encoded_and_decoded_off_the_event_loop(monkeypatch):
     """RLE decoding of stage answers and encoding of stage items never run on the orchestrator's event loop."""
-    from negt2i import rle
-    from negt2i.config import CURRENT
+    from negt2i.core import rle
+    from negt2i.core.config import CURRENT
     from negt2i.stages.synthetic import SyntheticAttributeScorer, SyntheticSegmenter
     from negt2i.wire.v1 import stages_pb2
 
@@ -397,7 +397,7 @@ def test_masks_are_encoded_and_decoded_off_the_event_loop(monkeypatch):
 
 
 def _rules(stage: str) -> dict:
-    from negt2i.config import CURRENT, stage_rules
+    from negt2i.core.config import CURRENT, stage_rules
 
     return stage_rules(CURRENT, stage)
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from negt2i.failures import StageError
+from negt2i.core.failures import StageError
 from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
 from negt2i.wire import adapter
 from negt2i.wire.v1 import stages_pb2

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from negt2i.client import EvaluatorClient
-from negt2i.failures import Code, Failure, FailureKind
+from negt2i.core.failures import Code, Failure, FailureKind
 from negt2i.run.stream import RetryPolicy, StreamSubmitter
 from negt2i.wire import adapter
 from negt2i.wire.errors import Reason

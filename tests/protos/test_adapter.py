@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from negt2i.core.spec import parse_prompt
 from negt2i.pipeline import Pipeline, Stages
-from negt2i.spec import parse_prompt
 from negt2i.stages.demo_data import demo_entries, prompt_records
 from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
 from negt2i.wire import adapter
@@ -226,8 +226,8 @@ def test_perception_round_trips_with_the_disparity():
 
 def test_enum_tables_cover_both_sides_exactly():
     """Core enums <-> proto enums by explicit tables: every value of each side maps, one to one."""
-    from negt2i.failures import ContractRule, Failure, FailureKind
-    from negt2i.verdict import FailureCause, RowFailure
+    from negt2i.core.failures import ContractRule, Failure, FailureKind
+    from negt2i.core.verdict import FailureCause, RowFailure
     from negt2i.wire.v1 import evaluator_pb2
 
     for table, core, proto in [
@@ -246,8 +246,8 @@ def test_enum_tables_cover_both_sides_exactly():
 def test_model_info_rules_come_back_in_one_order_whatever_the_map_order():
     """The protobuf map's iteration order differs from process to process; the core record (and so a results
     line's model record) orders the rules as ``STAGE_RULES`` does, then any other path sorted."""
-    from negt2i.config import STAGE_RULES
-    from negt2i.stage_types import ModelInfo
+    from negt2i.core.config import STAGE_RULES
+    from negt2i.core.stage_types import ModelInfo
 
     paths = list(STAGE_RULES["segmenter"])
     for order in (paths, paths[::-1], [paths[1], paths[2], paths[0]]):

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from negt2i.spec import _KNOWN_KEYS, parse_prompt, read_prompts
+from negt2i.core.spec import _KNOWN_KEYS, parse_prompt, read_prompts
 from negt2i.stages.demo_data import prompt_records
 from negt2i.wire import adapter
 from negt2i.wire.v1 import evaluator_pb2

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
 
-from negt2i.config import PRESETS, PREVIOUS, RuleConfig
+from negt2i.core.config import PRESETS, PREVIOUS, RuleConfig
+from negt2i.core.spec import parse_prompt
+from negt2i.core.verdict import judge
+from negt2i.core.vocab import Category
 from negt2i.pipeline import Pipeline, Stages
-from negt2i.spec import parse_prompt
 from negt2i.stages.demo_data import demo_entries
-from negt2i.verdict import judge
-from negt2i.vocab import Category
 from negt2i.wire import adapter
 from tests.core.test_measurements import _prompt, _scene
 from tests.protos.tooling import schemas

@@ -23,9 +23,9 @@ import pytest
 from benchmarks.bench_overload import run_submits
 from negt2i.cli import main
 from negt2i.client import EvaluatorClient, make_request
-from negt2i.config import load_config
+from negt2i.core.config import load_config
+from negt2i.core.spec import parse_prompt
 from negt2i.run.jobs import discover
-from negt2i.spec import parse_prompt
 from negt2i.stages.demo_data import write_demo
 from negt2i.submit import submit
 from negt2i.transport import Tls

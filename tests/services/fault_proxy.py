@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from negt2i.failures import Code, Failure, FailureKind
+from negt2i.core.failures import Code, Failure, FailureKind
 from negt2i.wire import adapter
 from negt2i.wire.errors import Reason
 from negt2i.wire.v1 import evaluator_pb2, evaluator_pb2_grpc

@@ -68,7 +68,7 @@ def _info(fault: str) -> dict[str, Any]:
 def _detect(item: dict[str, Any], fault: str, digest: str) -> dict[str, Any]:
     from PIL import Image
 
-    from negt2i import rle
+    from negt2i.core import rle
 
     allowed = {"image"}
     if set(item) - allowed and fault != "unknown-fields":

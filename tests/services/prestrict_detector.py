@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from PIL import Image as PILImage
 
-from negt2i import rle
+from negt2i.core import rle
 from negt2i.stages.synthetic import SyntheticDetector
 from tests.services.stub_http import StubHandler
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from negt2i.config import CURRENT
+from negt2i.core.config import CURRENT
 from negt2i.stages.base import ModelInfo
 from negt2i.stages.registry import create
 from negt2i.wire import adapter
@@ -82,7 +82,7 @@ def test_model_digest_is_documented_as_optional_once():
 def test_the_documented_details_of_a_stage_service(tmp_path: Path):
     """Presets' floors, partial rules files, DetectItem.classes with person and repeats, and the error.field
     of an unknown field (JSON and binary) are what the code does."""
-    from negt2i.config import PRESETS, load_config
+    from negt2i.core.config import PRESETS, load_config
     from negt2i.wire.stage_handlers import StageHandler, StageSettings
     from negt2i.wire.v1 import common_pb2
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import main
-from negt2i.spec import dumps_prompt, read_prompts
+from negt2i.core.spec import dumps_prompt, read_prompts
 from tests.generate.tiny import build_pipeline
 from tests.services.live import REPO, Proc, free_port, start_orchestrator, wait_health
 

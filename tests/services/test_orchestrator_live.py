@@ -18,8 +18,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from negt2i.cli import main
 from negt2i.client import AsyncEvaluatorClient, ClientError, EvaluatorClient, make_request
-from negt2i.images import ImageError, load_image
-from negt2i.spec import parse_prompt
+from negt2i.core.images import ImageError, load_image
+from negt2i.core.spec import parse_prompt
 from negt2i.stages.demo_data import prompt_records, scene_for, write_demo
 from negt2i.stages.synthetic import SceneObject, render_scene
 from negt2i.wire import adapter
@@ -130,7 +130,7 @@ def test_service_info_names_every_stage_model(orchestrator: Proc, stage_procs: d
 
 
 def test_the_vocabulary_is_published(orchestrator: Proc):
-    from negt2i import vocab
+    from negt2i.core import vocab
 
     with EvaluatorClient(orchestrator.target) as client:
         info = client.info()
@@ -453,7 +453,7 @@ def test_submit_uses_the_one_results_writer(orchestrator: Proc, demo: Path, tmp_
     assert corpus.read_bytes() == before
     out = tmp_path / "r.jsonl"
     hold = (
-        "import sys\nfrom negt2i.results import ResultsWriter\nw = ResultsWriter(sys.argv[1])\n"
+        "import sys\nfrom negt2i.core.results import ResultsWriter\nw = ResultsWriter(sys.argv[1])\n"
         "print('locked', flush=True)\nsys.stdin.read()"
     )
     holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], cwd=REPO, text=True, stdin=subprocess.PIPE,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from negt2i.cli import main
+from negt2i.core.spec import read_prompts
 from negt2i.corpus.control import control_prompt
 from negt2i.corpus.paraphrase import paraphrase_prompt
-from negt2i.spec import read_prompts
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
 from tests.services.live import REPO, Proc
 

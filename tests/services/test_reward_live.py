@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from negt2i.core.spec import parse_prompt
 from negt2i.reward import AsyncRewardClient, RewardClient, RewardDetails, RewardError, RewardFailure, RewardJudge
-from negt2i.spec import parse_prompt
 from negt2i.stages.demo_data import demo_entries
 from negt2i.wire import adapter
 from tests.services.live import REPO, Proc

@@ -199,7 +199,7 @@ def test_an_outside_stage_that_speaks_only_json_still_serves(stage_procs: dict[s
     import sys
 
     from negt2i.client import EvaluatorClient
-    from negt2i.spec import parse_prompt
+    from negt2i.core.spec import parse_prompt
     from tests.services.live import REPO, free_port, start_orchestrator, wait_health
 
     port = free_port()

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from negt2i.client import ClientError, EvaluatorClient
-from negt2i.config import CURRENT, load_config
+from negt2i.core.config import CURRENT, load_config
+from negt2i.core.spec import parse_prompt
 from negt2i.pipeline import Pipeline, Stages
-from negt2i.spec import parse_prompt
 from negt2i.stages.synthetic import BACKGROUND, SceneObject, render_scene
 from negt2i.wire import adapter
 from tests.services.live import Proc, start_orchestrator, start_stage, wait_health, wait_ready

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from negt2i.cli import main
-from negt2i.config import CURRENT, stage_rules
 from negt2i.conformance import run_checks
+from negt2i.core.config import CURRENT, stage_rules
 from tests.imagefiles import bomb_png, encoded
 from tests.services.live import REPO, Proc, free_port
 

@@ -1,6 +1,6 @@
 """The detector's class filter (``DetectItem.classes`` / ``max_per_class``) never changes a verdict.
 
-- ``select_requested``: the kept rows are what ``negt2i.rules.select_instances`` keeps (ties to the
+- ``select_requested``: the kept rows are what ``negt2i.core.rules.select_instances`` keeps (ties to the
   earlier detection, float32 scores), in the detector's order;
 - every built-in detector backend (synthetic, RF-DETR-Seg-XL and Mask R-CNN with random weights)
   returns exactly ``filter_detections`` of its unfiltered output, masks included, and builds
@@ -24,11 +24,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from negt2i import flow
-from negt2i.config import CURRENT, DetectionConfig, RuleConfig
-from negt2i.perception import Detections
+from negt2i.core import flow
+from negt2i.core.config import CURRENT, DetectionConfig, RuleConfig
+from negt2i.core.perception import Detections
+from negt2i.core.spec import Prompt, parse_prompt
+from negt2i.core.vocab import COCO_CLASSES, Category
 from negt2i.pipeline import Pipeline, Stages
-from negt2i.spec import Prompt, parse_prompt
 from negt2i.stages.base import ModelInfo
 from negt2i.stages.common import detect_requested, filter_detections, select_requested
 from negt2i.stages.synthetic import (
@@ -41,7 +42,6 @@ from negt2i.stages.synthetic import (
     SyntheticSegmenter,
     render_scene,
 )
-from negt2i.vocab import COCO_CLASSES, Category
 
 REPO = Path(__file__).resolve().parents[2]
 SIZE = 128  # disparities k / 128 travel exactly as the services' float16

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from negt2i import weights
-from negt2i.config import CURRENT
+from negt2i.core.config import CURRENT
+from negt2i.core.vocab import COCO_CLASSES
 from negt2i.stages import registry
 from negt2i.stages.base import Detector, ModelInfo
 from negt2i.stages.maskrcnn_backend import (
@@ -23,7 +24,6 @@ from negt2i.stages.maskrcnn_backend import (
     class_names_by_id,
     to_detections,
 )
-from negt2i.vocab import COCO_CLASSES
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from negt2i import flow
-from negt2i.config import CURRENT
+from negt2i.core import flow
+from negt2i.core.config import CURRENT
 from negt2i.stages.synthetic import SceneObject, render_scene, write_geneval_layout
 
 REPO = Path(__file__).resolve().parents[2]

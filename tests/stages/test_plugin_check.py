@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from negt2i.config import CURRENT
-from negt2i.perception import Detections
+from negt2i.core.config import CURRENT
+from negt2i.core.perception import Detections
+from negt2i.core.stage_types import ModelInfo, OperatingPoint
 from negt2i.pipeline import Pipeline, StageRefused, Stages
-from negt2i.stage_types import ModelInfo, OperatingPoint
 from negt2i.stages.registry import register
 from negt2i.stages.synthetic import SyntheticDetector
 from negt2i.wire import adapter

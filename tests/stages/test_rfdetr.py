@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from negt2i.config import CURRENT
+from negt2i.core.config import CURRENT
+from negt2i.core.vocab import COCO_CLASSES
 from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING, RFDETRDetector, class_names_by_id, to_detections
-from negt2i.vocab import COCO_CLASSES
 
 
 def test_rfdetr_class_ids_map_onto_the_80_benchmark_classes():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from negt2i.config import MaskConfig, RuleConfig
-from negt2i.rules import postprocess_mask, select_by_overlap
+from negt2i.core.config import MaskConfig, RuleConfig
+from negt2i.core.rules import postprocess_mask, select_by_overlap
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sam2")
@@ -131,8 +131,8 @@ class PerImage:
 def test_pipeline_batches_sam_across_images_with_the_per_image_verdicts(predictor):
     """The pipeline hands every image's boxes to ``refine_batch`` in one call (two backbone calls of two
     images here); verdicts and refined masks equal those of one ``refine`` per image."""
+    from negt2i.core.spec import parse_prompt
     from negt2i.pipeline import Pipeline, Stages
-    from negt2i.spec import parse_prompt
     from negt2i.stages.synthetic import SceneObject, SyntheticDepthEstimator, SyntheticDetector, render_scene
 
     def prompt(category, predicate):

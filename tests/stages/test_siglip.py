@@ -159,8 +159,8 @@ class PerImage:
 def test_pipeline_scores_crops_of_all_images_in_one_call(scorer):
     """The pipeline hands every image's instances to ``score_batch`` in one call; the verdicts equal those of
     one ``score`` per image and the scores agree to float32 round-off (forward passes mix images)."""
+    from negt2i.core.spec import parse_prompt
     from negt2i.pipeline import Pipeline, Stages
-    from negt2i.spec import parse_prompt
     from negt2i.stages.synthetic import SceneObject, SyntheticDetector, render_scene
 
     def prompt(category, value, polarity):
@@ -262,7 +262,7 @@ def test_geneval_template_ensemble_averages_normalised_prompt_embeddings(scorer)
     the single template; the default set is unchanged; embeddings are cached per template set."""
     import torch.nn.functional as F
 
-    from negt2i.config import CURRENT, AttributeConfig, RuleConfig
+    from negt2i.core.config import CURRENT, AttributeConfig, RuleConfig
     from negt2i.stages.siglip_backend import text_prompts
 
     assert text_prompts("orange", "cup", "geneval") == [

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from negt2i.config import CURRENT, MaskConfig, RuleConfig
+from negt2i.core.config import CURRENT, MaskConfig, RuleConfig
+from negt2i.core.vocab import COCO_CLASSES, COLOR_ANSWERS, MATERIALS
 from negt2i.stages import registry
 from negt2i.stages.base import AttributeScorer, DepthEstimator, Detector, Segmenter
 from negt2i.stages.synthetic import (
@@ -21,7 +22,6 @@ from negt2i.stages.synthetic import (
     render_scene,
     shape_mask,
 )
-from negt2i.vocab import COCO_CLASSES, COLOR_ANSWERS, MATERIALS
 
 
 def test_palette_is_unambiguous():

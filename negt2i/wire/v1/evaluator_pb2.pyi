@@ -185,7 +185,7 @@ class _FailureKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureKi
     """A stage failed or broke the contract, or the judge could not use the perception."""
 
 class FailureKind(_FailureKind, metaclass=_FailureKindEnumTypeWrapper):
-    """Why an item got no verdict (negt2i.failures.FailureKind)."""
+    """Why an item got no verdict (negt2i.core.failures.FailureKind)."""
 
 FAILURE_KIND_UNSPECIFIED: FailureKind.ValueType  # 0
 """Not set (older servers): clients derive it from the code and field."""
@@ -628,7 +628,7 @@ Global___StatementVerdict: _TypeAlias = StatementVerdict  # noqa: Y015
 
 @_typing.final
 class Verdict(_message.Message):
-    """The judgement of one image against one prompt (negt2i.verdict.Verdict)."""
+    """The judgement of one image against one prompt (negt2i.core.verdict.Verdict)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1140,7 +1140,7 @@ Global___GetVocabularyRequest: _TypeAlias = GetVocabularyRequest  # noqa: Y015
 
 @_typing.final
 class Vocabulary(_message.Message):
-    """The published vocabulary (negt2i/vocab.py is its one source). Every name is matched exactly:
+    """The published vocabulary (negt2i/core/vocab.py is its one source). Every name is matched exactly:
     case-sensitive, words separated by one space, as listed here (see case_rule).
     """
 

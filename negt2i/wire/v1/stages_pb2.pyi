@@ -575,7 +575,7 @@ class StageInfo(_message.Message):
         and max_per_class). A caller sends a feature's fields only to a service that lists it:
         services of the contract before the feature reject unknown fields.
         "image.exif_orientation": the service applies an image's EXIF orientation (tag 274) before
-        anything else, as negt2i.images.decode_image does; a service that does not list it is sent
+        anything else, as negt2i.core.images.decode_image does; a service that does not list it is sent
         images whose stored pixels are already upright (docs/stage-contract.md, "Compatibility").
         """
 

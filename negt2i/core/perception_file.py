@@ -11,14 +11,14 @@ One JSON line per judged image (schema in ``docs/results.md``)::
 (``objects[].measurements.kept``), with the detector's own index, so the verdict's
 detection indices resolve here; ``refined`` the SAM 2 masks the relation rules
 measured; ``attributes`` the scores the attribute rules read. Masks are COCO RLE
-(``negt2i.rle``). ``disparity`` (when the image needed depth and the map reached the
+(``negt2i.core.rle``). ``disparity`` (when the image needed depth and the map reached the
 writer: always in process; not through an orchestrator, whose answer leaves the map out) is the
 float32 map, little-endian, row-major, zlib-compressed and base64-encoded, so that the depth rules
 can be re-applied exactly. A rerun appends; readers take the last line per ``filename``. An
 audit (``negt2i audit``) reads this file instead of re-running the models; ``negt2i calibrate``
-and ``negt2i ablate`` re-judge from it (``negt2i.rejudge``).
+and ``negt2i ablate`` re-judge from it (``negt2i.core.rejudge``).
 
-Saved perception is planned for re-judging (``negt2i.plan.plan_perception(complete=True)``): the
+Saved perception is planned for re-judging (``negt2i.core.plan.plan_perception(complete=True)``): the
 top detection of every named class with a kept detection has its refined mask / attribute scores
 (and the image its depth) even where this run's thresholds made the statement unevaluable.
 """
@@ -36,9 +36,9 @@ from typing import Any, TextIO
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i import rle
-from negt2i.perception import ImagePerception
-from negt2i.verdict import Verdict
+from negt2i.core import rle
+from negt2i.core.perception import ImagePerception
+from negt2i.core.verdict import Verdict
 
 
 def default_path(results: str | Path) -> Path:
@@ -135,7 +135,7 @@ class PerceptionWriter:
 
     def write_record(self, record: dict[str, Any]) -> None:
         """Append a ``perception_record`` (made elsewhere, e.g. on a worker thread) as a whole line."""
-        from negt2i.results import dumps_line  # file names that are not UTF-8 written as the results file does
+        from negt2i.core.results import dumps_line  # file names that are not UTF-8 written as the results file does
 
         self._fh.write(dumps_line(record) + "\n")
         self._fh.flush()

@@ -26,11 +26,11 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import ndimage
 
-from negt2i.config import CURRENT, PREVIOUS, RuleConfig
-from negt2i.geometry import FacingPair, MaskStats, facing_pairs, facing_surface, gap, mask_stats, mean_radius
-from negt2i.perception import Detections
-from negt2i.spec import Polarity
-from negt2i.vocab import OVER_COUNT_EXEMPT
+from negt2i.core.config import CURRENT, PREVIOUS, RuleConfig
+from negt2i.core.geometry import FacingPair, MaskStats, facing_pairs, facing_surface, gap, mask_stats, mean_radius
+from negt2i.core.perception import Detections
+from negt2i.core.spec import Polarity
+from negt2i.core.vocab import OVER_COUNT_EXEMPT
 
 BoolMask = NDArray[np.bool_]
 Number = float | int
@@ -219,8 +219,8 @@ def measure_depth(
         facing = facing_pairs([(sa, sb)], cfg.facing_window)[0]
     g, fa, fb = facing.gap, facing.a, facing.b
     r = mean_radius(sa, sb)
-    mean_a = float(disp[fa].mean(dtype=np.float64))
-    mean_b = float(disp[fb].mean(dtype=np.float64))
+    mean_a = float(_values_at(disp, fa).mean(dtype=np.float64))
+    mean_b = float(_values_at(disp, fb).mean(dtype=np.float64))
     required = cfg.base_margin + cfg.separation_slope * g / r
     normalized = abs(mean_a - mean_b) / span if span > 0 else 0.0
     fired: set[str] = set()
@@ -235,6 +235,15 @@ def measure_depth(
         "separation_slope": cfg.separation_slope,
     }  # fmt: skip
     return Measurement(frozenset(fired), values)
+
+
+def _values_at(values: NDArray[np.floating], pixels: tuple[NDArray[np.intp], NDArray[np.intp]]) -> NDArray[np.floating]:
+    """``values[pixels]`` in the same order (through the flat array when it is contiguous: ~2x faster)."""
+    if values.flags.c_contiguous:
+        rows, cols = pixels
+        picked: NDArray[np.floating] = values.reshape(-1)[rows * values.shape[1] + cols]
+        return picked
+    return np.asarray(values[pixels])
 
 
 def rim(stats: MaskStats, width: float) -> tuple[NDArray[np.intp], NDArray[np.intp]]:

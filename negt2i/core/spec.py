@@ -43,8 +43,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from negt2i.jsonl import iter_json_lines
-from negt2i.vocab import BENCHMARK_CLASSES, COCO_CLASSES, PREDICATES, VALUES, Category, did_you_mean, setting_name
+from negt2i.core.jsonl import iter_json_lines
+from negt2i.core.vocab import BENCHMARK_CLASSES, COCO_CLASSES, PREDICATES, VALUES, Category, did_you_mean, setting_name
 
 SETTING_RE = re.compile(r"^pos(\d+)_neg(\d+)$")
 

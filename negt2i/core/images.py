@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Final
 
 import numpy as np
 
-from negt2i.stage_types import Image
+from negt2i.core.stage_types import Image
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
@@ -234,7 +234,7 @@ def _jpeg_frame(data: bytes) -> tuple[int, int] | None:
 
 def load_image(path: str | Path, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
     """``decode_image`` of a file's bytes; an unreadable file raises ``ImageError`` too."""
-    from negt2i.files import read_regular
+    from negt2i.core.files import read_regular
 
     try:
         data = read_regular(path)  # never blocks on a FIFO, never opens a device

@@ -6,7 +6,7 @@ config) with GenEval's ``filename`` and ours: ``sample`` (the image's index with
 its prompt), ``status`` (``ok`` or ``error``), ``sha256`` (of the image file's
 bytes) and ``models`` (stage -> ``ModelInfo`` as JSON). An image that could not be
 judged (corrupt file, missing metadata, invalid metadata, a stage error) is a
-``status: "error"`` line with ``error_kind`` (a ``negt2i.failures.FailureKind``) and
+``status: "error"`` line with ``error_kind`` (a ``negt2i.core.failures.FailureKind``) and
 ``error`` giving the reason; it is never ``correct``.
 
 Every line starts with the marker ``"negt2i": "results/1"`` (``MARKER``): it is
@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from negt2i.failures import kind_of
-from negt2i.spec import Prompt
-from negt2i.verdict import Verdict
+from negt2i.core.failures import kind_of
+from negt2i.core.spec import Prompt
+from negt2i.core.verdict import Verdict
 
 MARKER_KEY: Final = "negt2i"
 MARKER: Final = "results/1"

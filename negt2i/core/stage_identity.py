@@ -8,7 +8,7 @@ What is checked, for a stage of kind ``stage`` under the run's rule config:
 
 - ``model.stage`` names ``stage`` and ``model.model`` is set;
 - ``model.rules``: every constant the stage states must be one the stage applies
-  (``negt2i.config.STAGE_RULES``, ``OPTIONAL_STAGE_RULES``) and equal the config's value; a stated value
+  (``negt2i.core.config.STAGE_RULES``, ``OPTIONAL_STAGE_RULES``) and equal the config's value; a stated value
   that differs is always refused. An optional constant (added later: the attributes stage's text template
   set) left unstated means its default, so a config off that default refuses a stage that does not state it;
 - a detector's ``model.operating_point``: its ``prediction_floor`` must be the config's
@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from negt2i.config import OPTIONAL_STAGE_RULES, STAGE_RULES, RuleConfig, stage_rules, stated_stage_rules
-from negt2i.stage_types import ModelInfo
+from negt2i.core.config import OPTIONAL_STAGE_RULES, STAGE_RULES, RuleConfig, stage_rules, stated_stage_rules
+from negt2i.core.stage_types import ModelInfo
 
 STRICT_ENV: Final = "NEGT2I_STRICT_STAGES"
 """Environment variable that turns strict stage checking on (``1``, ``true``, ``yes``, ``on``)."""

@@ -1,9 +1,9 @@
 """Perception saved once, rules applied many times: re-judge saved images under other rule configs.
 
 ``negt2i evaluate --save-perception`` (and ``negt2i submit --save-perception``) write, next to the results
-file, what the stages saw for each image (``negt2i.perception_file``). ``load_saved`` pairs each results line
+file, what the stages saw for each image (``negt2i.core.perception_file``). ``load_saved`` pairs each results line
 (its prompt, from GenEval's ``metadata``; its models) with its side-file line and rebuilds the
-``ImagePerception``; ``SavedImage.judge(config)`` then calls the one judge (``negt2i.verdict.judge``) with
+``ImagePerception``; ``SavedImage.judge(config)`` then calls the one judge (``negt2i.core.verdict.judge``) with
 another config. No model runs: calibration (``negt2i.calibrate``) and the ablation (``negt2i.ablate``)
 re-judge thousands of candidate configs from one perception pass.
 
@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from negt2i.config import RuleConfig
-from negt2i.geometry import MaskStats
-from negt2i.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
-from negt2i.perception_file import SavedPerception, decode, default_path, read_perception
-from negt2i.spec import Prompt, SpecError, parse_prompt
-from negt2i.verdict import PerceptionError, Verdict, judge
-from negt2i.vocab import ANSWERS
+from negt2i.core.config import RuleConfig
+from negt2i.core.geometry import MaskStats
+from negt2i.core.perception import AttributeScores, Detections, DisparityMap, ImagePerception, RefinedMasks
+from negt2i.core.perception_file import SavedPerception, decode, default_path, read_perception
+from negt2i.core.spec import Prompt, SpecError, parse_prompt
+from negt2i.core.verdict import PerceptionError, Verdict, judge
+from negt2i.core.vocab import ANSWERS
 
 
 class RejudgeError(ValueError):

@@ -6,8 +6,8 @@ count; gap = minimum Euclidean distance between pixel centres of two masks (0
 when they overlap); R = (sqrt(|A|/pi) + sqrt(|B|/pi)) / 2.
 
 Everything works inside bounding boxes: a mask's statistics are computed once
-(``MaskStats``), gaps from boundary pixels with a k-d tree, and distance
-transforms only over a window around the other mask.
+(``MaskStats``), gaps from boundary pixels with a k-d tree, and facing surfaces
+from an occupancy pyramid classified against it (no distance transform).
 """
 
 from __future__ import annotations
@@ -21,6 +21,13 @@ from numpy.typing import NDArray
 from scipy.spatial import cKDTree
 
 BoolMask = NDArray[np.bool_]
+
+_TURNS = 64
+"""Number of directions of ``MaskStats.support`` (one every 360/64 degrees)."""
+_DIRECTIONS = np.column_stack(
+    (np.sin(np.arange(_TURNS) * (2 * math.pi / _TURNS)), np.cos(np.arange(_TURNS) * (2 * math.pi / _TURNS)))
+)
+"""Unit vectors n_k = (sin, cos) of the angles 2 pi k / _TURNS, as (row, col) components."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,27 +71,29 @@ class MaskStats:
     def boundary_points(self) -> NDArray[np.float64]:
         """(row, col) of mask pixels with a 4-neighbour outside the mask (or the image)."""
         crop = self.crop
-        inner = crop.copy()
-        inner[1:] &= crop[:-1]
-        inner[:-1] &= crop[1:]
-        inner[:, 1:] &= crop[:, :-1]
-        inner[:, :-1] &= crop[:, 1:]
-        inner[[0, -1], :] = False  # the box's edge rows / columns always touch the outside
-        inner[:, [0, -1]] = False
-        rows, cols = np.nonzero(crop & ~inner)
+        # interior: the pixel and its four neighbours set; the box's edge rows / columns
+        # always touch the outside
+        core = crop[1:-1, 1:-1] & crop[:-2, 1:-1]
+        core &= crop[2:, 1:-1]
+        core &= crop[1:-1, :-2]
+        core &= crop[1:-1, 2:]
+        inner = np.zeros(crop.shape, dtype=bool)
+        inner[1:-1, 1:-1] = core
+        rows, cols = _nonzero(crop > inner)
         out = np.empty((rows.size, 2), dtype=np.float64)
         out[:, 0] = rows + self.row0
         out[:, 1] = cols + self.col0
         return out
 
     @cached_property
-    def tree(self) -> cKDTree:
-        """k-d tree over ``boundary_points``.
+    def support(self) -> NDArray[np.float64]:
+        """h_k = max over boundary pixels q of n_k . q for the unit vectors ``_DIRECTIONS`` n_k.
 
-        Sliding-midpoint splits without node compaction build in about two thirds of the
-        time of SciPy's default on a few hundred points and answer the same distances.
+        Every pixel of the mask lies in the half-plane n_k . x <= h_k, so for any point c
+        n_k . c - h_k <= d(c, mask): lower bounds of distances that need no k-d tree call.
         """
-        return cKDTree(self.boundary_points)
+        out: NDArray[np.float64] = (self.boundary_points @ _DIRECTIONS.T).max(axis=0)
+        return out
 
     @cached_property
     def pyramid(self) -> list[BoolMask]:
@@ -92,10 +101,28 @@ class MaskStats:
         return _pyramid(self)
 
 
+def _nonzero(grid: BoolMask) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """``np.nonzero`` of a 2-D grid, row-major (the same arrays; NumPy's 2-D path is ~10x slower)."""
+    rows, cols = np.divmod(np.flatnonzero(grid), grid.shape[1])
+    return rows, cols
+
+
+def _rows_occupied(mask: BoolMask) -> NDArray[np.bool_]:
+    """``mask.any(axis=1)``, eight pixels at a time where the rows allow it."""
+    occupied: NDArray[np.bool_]
+    if mask.flags.c_contiguous and mask.shape[1] % 8 == 0:
+        occupied = np.bitwise_or.reduce(mask.view(np.uint64), axis=1) != 0
+    else:
+        occupied = np.asarray(mask.any(axis=1))
+    return occupied
+
+
 def mask_stats(mask: BoolMask) -> MaskStats:
     """Measure a (H, W) bool mask."""
+    if mask.dtype != np.bool_:
+        mask = mask != 0
     h, w = mask.shape
-    rows = np.flatnonzero(mask.any(axis=1))
+    rows = np.flatnonzero(_rows_occupied(mask))
     if rows.size == 0:
         return MaskStats((h, w), 0, -1, 0, -1, 0, math.nan, math.nan, np.zeros((0, 0), bool))
     r0, r1 = int(rows[0]), int(rows[-1])
@@ -103,8 +130,9 @@ def mask_stats(mask: BoolMask) -> MaskStats:
     cols = np.flatnonzero(band.any(axis=0))
     c0, c1 = int(cols[0]), int(cols[-1])
     crop = band[:, c0 : c1 + 1]
-    row_counts = np.count_nonzero(crop, axis=1)
-    col_counts = np.count_nonzero(crop, axis=0)
+    pixels = crop.view(np.uint8)
+    row_counts = np.add.reduce(pixels, axis=1, dtype=np.int32)
+    col_counts = np.add.reduce(pixels, axis=0, dtype=np.int32)
     area = int(row_counts.sum())
     cy = r0 + float(row_counts @ np.arange(crop.shape[0])) / area
     cx = c0 + float(col_counts @ np.arange(crop.shape[1])) / area
@@ -122,12 +150,15 @@ def _overlap(a: MaskStats, b: MaskStats) -> bool:
 
 
 class BoundaryIndex:
-    """The k-d trees over the 4-boundaries of several masks of one image, for batched queries.
+    """One k-d tree over the 4-boundaries of several masks of one image, for batched queries.
 
-    ``nearest`` answers points against different masks with one ``cKDTree.query`` per
-    distinct mask (each mask's cached ``MaskStats.tree``, so distances are exactly the
-    single-mask ones). A k-d tree costs a fixed ~15-45 us per call besides its work per
-    point, which matters when the depth rule asks a few dozen points per call.
+    Each mask's boundary pixels (row, col) are lifted to (row, col, k * spacing) for the
+    mask's number k, with ``spacing`` larger than any distance within the image: the
+    nearest point of a query (row, col, k * spacing) is then always a pixel of mask k, at
+    exactly the in-plane distance (the third coordinates are equal, the squared distances
+    of these integer and half-integer coordinates exact). So ``nearest`` answers points
+    against different masks with one ``cKDTree.query`` whatever their number: SciPy's fixed
+    ~15-45 us per call, not the work per point, dominated the depth rule's queries.
     """
 
     def __init__(self, masks: list[MaskStats]) -> None:
@@ -138,6 +169,31 @@ class BoundaryIndex:
             unique.setdefault(id(m), m)
         self._slot = {key: k for k, key in enumerate(unique)}
         self._members = list(unique.values())
+        self._support: NDArray[np.float64] | None = None  # (mask, direction) raveled
+        self._tree: cKDTree | None = None
+        self._points = np.zeros((0, 2))
+        height, width = self._members[0].shape_hw if self._members else (0, 0)
+        self._spacing = 4.0 * (height + width) + 256.0  # beyond any query's in-plane distance
+
+    def lower_bound(
+        self, points: NDArray[np.float64], away: NDArray[np.float64], slots: NDArray[np.intp]
+    ) -> NDArray[np.float64]:
+        """A lower bound of the distance from each point to the boundary of mask ``slots[i]``.
+
+        max over the two directions n_k of ``_DIRECTIONS`` either side of ``away[i]`` of
+        n_k . p - h_k (``MaskStats.support``): the distance to the half-plane that holds the
+        mask. Valid whatever ``away`` is; close to the distance when ``away`` points from the
+        nearest boundary pixel to the point (a good choice: from a pixel near that one).
+        """
+        if self._support is None:
+            self._support = np.stack([m.support for m in self._members]).ravel()
+        turn = np.floor(np.arctan2(away[:, 0], away[:, 1]) * (_TURNS / (2 * math.pi))).astype(np.intp)
+        best = np.full(points.shape[0], -math.inf)
+        for k in (turn % _TURNS, (turn + 1) % _TURNS):
+            bound = points[:, 0] * _DIRECTIONS[k, 0] + points[:, 1] * _DIRECTIONS[k, 1]
+            bound -= self._support[slots * _TURNS + k]
+            np.maximum(best, bound, out=best)
+        return best
 
     def slot(self, mask: MaskStats) -> int:
         """The number of ``mask`` in this index (it must be one the index was built over)."""
@@ -156,17 +212,16 @@ class BoundaryIndex:
         self, points: NDArray[np.float64], slots: NDArray[np.intp], upper: float = math.inf
     ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """``nearest`` and the (row, col) of each nearest boundary pixel (NaN where the distance is inf)."""
-        dist = np.full(points.shape[0], math.inf)
+        if self._tree is None:
+            self._points = np.concatenate([m.boundary_points for m in self._members])
+            sizes = [len(m.boundary_points) for m in self._members]
+            layer = np.repeat(np.arange(len(self._members)) * self._spacing, sizes)
+            self._tree = cKDTree(np.column_stack((self._points, layer)), compact_nodes=False, balanced_tree=False)
+        dist, i = self._tree.query(np.column_stack((points, slots * self._spacing)), k=1, distance_upper_bound=upper)
         where = np.full((points.shape[0], 2), math.nan)
-        for k in np.flatnonzero(np.bincount(slots, minlength=len(self._members))):
-            sel = slots == k
-            member = self._members[k]
-            d, i = member.tree.query(points[sel], k=1, distance_upper_bound=upper)
-            found = i < len(member.boundary_points)
-            dist[sel] = d
-            hits = np.flatnonzero(sel)[found]
-            where[hits] = member.boundary_points[i[found]]
-        return dist, where
+        found = i < len(self._points)
+        where[found] = self._points[i[found]]
+        return np.asarray(dist, dtype=np.float64), where
 
 
 _MARGIN = 1e-9
@@ -179,13 +234,14 @@ def _above(value: float) -> float:
 
 
 def gaps(pairs: list[tuple[MaskStats, MaskStats]], index: BoundaryIndex | None = None) -> list[float]:
-    """``gap`` of each pair, all pairs advancing together (one k-d tree call per round and tree).
+    """``gap`` of each pair, all pairs advancing together (one k-d tree call per round).
 
     The closest pair always lies on the two masks' 4-boundaries. Each pair is measured
-    from the mask that appears in fewer pairs towards the tree of the one that appears
-    in more (the gap is symmetric), so a star prompt's pairs all query the subject's
-    tree. The querying mask's boundary pixels are ordered by their distance to the other
-    mask's bounding box (a lower bound of their distance to it) and asked in chunks of
+    from the mask that appears in fewer pairs towards the one that appears in more (the
+    gap is symmetric), so a star prompt's pairs all measure against the subject. The
+    querying mask's boundary pixels are ordered by a lower bound of their distance to the
+    other mask (the larger of the distances to its bounding box and to its support
+    half-planes in 16 directions, ``MaskStats.support``) and asked in chunks of
     ``_GAP_CHUNK``; a pair is done once no remaining pixel's bound is below its best.
     """
     uses: dict[int, int] = {}
@@ -203,7 +259,9 @@ def gaps(pairs: list[tuple[MaskStats, MaskStats]], index: BoundaryIndex | None =
         pts = a.boundary_points
         dr = np.maximum(np.maximum(b.row0 - pts[:, 0], pts[:, 0] - b.row1), 0.0)
         dc = np.maximum(np.maximum(b.col0 - pts[:, 1], pts[:, 1] - b.col1), 0.0)
-        bound = np.hypot(dr, dc)
+        # the distance to B's box and to B's support half-planes in 16 directions bound D from below
+        planes = (pts @ _DIRECTIONS[::4].T - b.support[::4]).max(axis=1) - _MARGIN
+        bound = np.maximum(np.hypot(dr, dc), planes)
         todo.append((i, b, pts, bound, np.argsort(bound, kind="stable")))
     if not todo:
         return out
@@ -255,7 +313,7 @@ def gap(a: MaskStats, b: MaskStats) -> float:
     return gaps([(a, b)])[0]
 
 
-_GAP_CHUNK = 64
+_GAP_CHUNK = 32
 
 
 def mean_radius(a: MaskStats, b: MaskStats) -> float:
@@ -269,10 +327,9 @@ _CELL_SIZES = (32, 8, 4, 2, 1)
 
 
 def _pool2(grid: BoolMask) -> BoolMask:
-    """2x2 OR-pooling of a grid with even sides."""
-    out: BoolMask = grid[0::2, 0::2] | grid[1::2, 0::2]
-    out |= grid[0::2, 1::2]
-    out |= grid[1::2, 1::2]
+    """2x2 OR-pooling of a C-contiguous grid with even sides (a pair of bools read as one uint16)."""
+    pairs = grid.view(np.uint16) != 0  # OR of horizontal pairs
+    out: BoolMask = pairs[0::2] | pairs[1::2]
     return out
 
 
@@ -295,8 +352,8 @@ def _children(
 ) -> tuple[NDArray[np.intp], NDArray[np.intp], NDArray[np.intp]]:
     """Request numbers and grid coordinates of the f x f sub-cells of the given cells (row-major per cell)."""
     offsets = np.arange(f)
-    kr = (rows[:, None, None] * f + offsets[None, :, None]).repeat(f, axis=2).ravel()
-    kc = (cols[:, None, None] * f + offsets[None, None, :]).repeat(f, axis=1).ravel()
+    kr = ((rows * f)[:, None] + offsets.repeat(f)).ravel()
+    kc = ((cols * f)[:, None] + np.tile(offsets, f)).ravel()
     return req.repeat(f * f), kr, kc
 
 
@@ -320,7 +377,13 @@ def facing_surfaces(
     holds no facing pixel, one with D <= limit - (s - 1) / sqrt(2) only facing
     pixels. Cells of A's occupancy pyramid (32, 8, 4, 2 px) are classified from
     their centres with a k-d tree over B's boundary, undecided cells are split, and
-    only the pixels of undecided 2 px cells are measured one by one.
+    only the pixels of undecided 2 px cells are measured one by one. Most cells need
+    no query: the distance to the pixel of B found for the parent cell bounds D from
+    above (settles "inside"), and the distance to B's support half-plane in the
+    direction away from that pixel bounds it from below (settles "outside", and
+    "undecided" together with the upper bound). Bounds only skip queries: each cell is
+    decided as its exact D would decide it, so the pixels and their order are those of
+    querying every cell.
 
     All requests advance level by level together: their cells live in one set of
     arrays (with the request each belongs to), so a level costs one k-d tree call
@@ -355,7 +418,7 @@ def facing_surfaces(
         offset.append((np.cumsum(sizes) - sizes)[owner])
         width.append(np.array([g.shape[1] for g in grids], np.intp)[owner])
     req = np.repeat(np.arange(n), [int(np.count_nonzero(a.pyramid[0])) for a, _, _ in requests])
-    cr, cc = (np.concatenate(x) for x in zip(*(np.nonzero(a.pyramid[0]) for a, _, _ in requests), strict=True))
+    cr, cc = (np.concatenate(x) for x in zip(*(_nonzero(a.pyramid[0]) for a, _, _ in requests), strict=True))
     # the nearest boundary pixel of B found for each cell's parent (NaN: none yet): the
     # distance to it bounds D from above, which settles many cells without a query
     hint = np.full((cr.size, 2), math.nan)
@@ -371,25 +434,42 @@ def facing_surfaces(
         cy = a_row0[req] + cr * size + (size - 1) / 2
         cx = a_col0[req] + cc * size + (size - 1) / 2
         lim = limits[req]
-        # the distance to B's box bounds D from below: cells beyond limit + reach of it are out
-        near = (
-            np.hypot(
-                np.maximum(np.maximum(b_box[0][req] - cy, cy - b_box[1][req]), 0.0),
-                np.maximum(np.maximum(b_box[2][req] - cx, cx - b_box[3][req]), 0.0),
+        if size not in (4, 2):
+            # the distance to B's box bounds D from below: cells beyond limit + reach of it are
+            # out (children of undecided 8 and 4 px cells are near B: the test is skipped there)
+            near = (
+                np.hypot(
+                    np.maximum(np.maximum(b_box[0][req] - cy, cy - b_box[1][req]), 0.0),
+                    np.maximum(np.maximum(b_box[2][req] - cx, cx - b_box[3][req]), 0.0),
+                )
+                - reach
+                <= lim
             )
-            - reach
-            <= lim
-        )
-        cr, cc, cy, cx, req, lim, hint = cr[near], cc[near], cy[near], cx[near], req[near], lim[near], hint[near]
+            cr, cc, cy, cx, req, lim, hint = cr[near], cc[near], cy[near], cx[near], req[near], lim[near], hint[near]
         # D(c) <= |c - hint| (hint is a pixel of B); squared distances of these half-integer
         # coordinates are exact and the margin covers the last bit of SciPy's square root,
         # so a cell settled here is one the exact distance would have put inside as well
         hr, hc = cy - hint[:, 0], cx - hint[:, 1]
-        settled = np.sqrt(hr * hr + hc * hc) + reach <= lim - _MARGIN  # NaN compares False
-        ask = ~settled
+        upper = np.sqrt(hr * hr + hc * hc)  # NaN without a hint
+        settled = upper + reach <= lim - _MARGIN  # NaN compares False
+        # a lower bound of D (B's support function, see ``BoundaryIndex.lower_bound``) settles
+        # cells the other way: beyond limit + reach they are out; beyond limit - reach and,
+        # by the hint, within limit + reach they are undecided (split) -- both as the exact
+        # distance would have decided, the margin covering the bound's rounding
+        out = np.zeros(cr.size, dtype=bool)
+        split = np.zeros(cr.size, dtype=bool)
+        open_ = np.flatnonzero(~settled & ~np.isnan(upper))
+        if open_.size:
+            centres = np.column_stack((cy[open_], cx[open_]))
+            away = np.column_stack((hr[open_], hc[open_]))
+            low = index.lower_bound(centres, away, shift[req[open_]]) - _MARGIN
+            out[open_] = low - reach > lim[open_]
+            if size > 1:
+                split[open_] = (low + reach > lim[open_]) & (upper[open_] - reach <= lim[open_])
+        ask = ~(settled | out | split)
         # farther than every limit + reach: out whatever the exact distance (inf from the tree)
-        dist = np.zeros(cr.size)
-        found_at = np.full((cr.size, 2), math.nan)
+        dist = np.full(cr.size, math.inf)
+        found_at = hint.copy()  # a split cell's children keep its hint
         dist[ask], found_at[ask] = index.nearest_points(
             np.column_stack((cy[ask], cx[ask])), shift[req[ask]], _above(float(limits.max()) + reach)
         )
@@ -406,7 +486,7 @@ def facing_surfaces(
             found_q.append(pq[occupied])
             found_r.append(pr[occupied])
             found_c.append(pc[occupied])
-        unsure = ~inside & (dist - reach <= lim)
+        unsure = split | (~inside & (dist - reach <= lim))
         f = size // _CELL_SIZES[level + 1]
         kq, kr, kc = _children(req[unsure], cr[unsure], cc[unsure], f)
         occupied = flat[level + 1][offset[level + 1][kq] + kr * width[level + 1][kq] + kc]
@@ -439,7 +519,7 @@ def _with_overlap(
             a.crop[r0 - a.row0 : r1 - a.row0 + 1, c0 - a.col0 : c1 - a.col0 + 1]
             & b.crop[r0 - b.row0 : r1 - b.row0 + 1, c0 - b.col0 : c1 - b.col0 + 1]
         )
-        orow, ocol = np.nonzero(both)
+        orow, ocol = _nonzero(both)
         if orow.size:
             width = padded.shape[1]
             flat = np.union1d(rows * width + cols, (orow + r0 - a.row0) * width + (ocol + c0 - a.col0))
@@ -459,8 +539,9 @@ class FacingPair:
 def facing_pairs(pairs: list[tuple[MaskStats, MaskStats]], window: float) -> list[FacingPair]:
     """g, F_A and F_B (limit g + window) of every pair of one image, with one k-d tree for all.
 
-    A star prompt's pairs share the subject, so batching them turns ~60 small k-d tree
-    calls into 7 (two for the gaps, five for the surfaces). No mask may be empty.
+    One k-d tree over the boundaries of all the masks (``BoundaryIndex``) answers every
+    query: a star prompt's four pairs cost one call per gap round (usually one) and one
+    per pyramid level of the eight surfaces. No mask may be empty.
     """
     if not pairs:
         return []

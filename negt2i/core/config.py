@@ -3,7 +3,7 @@
 ``current`` is Table 15 (used for every benchmark score); ``previous`` replaces the
 directional, proximity and comparative constants with Table 16's and uses Table 16's older
 *depth* rule, the contact band (12 px band, at least 20 rim or contact pixels). The paper
-gives only those two constants, so ``negt2i.rules.measure_depth_contact_band`` is this
+gives only those two constants, so ``negt2i.core.rules.measure_depth_contact_band`` is this
 project's reading of it (its docstring says which parts are ours); the ``depth.rule`` field
 names the rule so that results always say which one produced them. ``geneval`` takes
 GenEval's published constants where they map onto ours (``GENEVAL``).

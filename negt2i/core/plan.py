@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.perception import Detections
-from negt2i.rules import select_instances
-from negt2i.spec import Prompt
-from negt2i.vocab import ANSWERS, Category
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.perception import Detections
+from negt2i.core.rules import select_instances
+from negt2i.core.spec import Prompt
+from negt2i.core.vocab import ANSWERS, Category
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from negt2i.core.rejudge import SavedImage, SavedRun
+from negt2i.core.spec import Polarity
+from negt2i.core.vocab import COCO_CLASSES, OVER_COUNT_EXEMPT
 from negt2i.metrics.agreement import read_labels
-from negt2i.rejudge import SavedImage, SavedRun
-from negt2i.spec import Polarity
-from negt2i.vocab import COCO_CLASSES, OVER_COUNT_EXEMPT
 
 Form = Literal["human", "coco"]
 
@@ -128,7 +128,7 @@ def read_coco(path: str | Path, run: SavedRun) -> Labels:
         if name not in vocab:
             raise LabelsError(
                 f"{p}: category {cid} {name!r} is not a COCO class in the benchmark's spelling "
-                "(negt2i.vocab.COCO_CLASSES)"
+                "(negt2i.core.vocab.COCO_CLASSES)"
             )
         categories[cid] = name
     files: dict[int, str] = {}

@@ -17,8 +17,8 @@ For one (prompt, image) pair (``docs/architecture.md``):
 4. ``finish(prompt, requests, StageAnswers(refined=, scores=, disparity=), config=)`` validates
    each answer against the contract, assembles the ``ImagePerception`` and judges it.
 
-Every violation raises ``negt2i.failures.StageError`` naming the stage and the
-contract rule (``negt2i.failures.ContractRule``); a perception the judge cannot use raises
+Every violation raises ``negt2i.core.failures.StageError`` naming the stage and the
+contract rule (``negt2i.core.failures.ContractRule``); a perception the judge cannot use raises
 one with ``stage == "judge"``. No partial perception ever reaches the judge.
 
 Contract rules checked here on every answer (``docs/stage-contract.md``; the orchestrator's
@@ -26,7 +26,7 @@ stage client adds ``detect-result``, ``result-schema`` and ``stage-info`` for wh
 
 - ``image-size``: detections are for the image's (H, W);
 - ``class-vocabulary``: class names are COCO classes in the benchmark's spelling
-  (``negt2i.vocab.COCO_CLASSES``; ``Person`` or ``unicorn`` are violations);
+  (``negt2i.core.vocab.COCO_CLASSES``; ``Person`` or ``unicorn`` are violations);
 - ``score-range``: scores are finite and in [prediction floor, 1];
 - ``box-inside-image``: boxes are finite ``xyxy`` pixel edges with
   0 <= x0 <= x1 <= W and 0 <= y0 <= y1 <= H (stages clip to the image);
@@ -44,13 +44,13 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.failures import ContractRule, StageError
-from negt2i.perception import AttributeScores, BoolMask, Detections, DisparityMap, ImagePerception, RefinedMasks
-from negt2i.plan import PerceptionPlan, plan_perception
-from negt2i.spec import Prompt
-from negt2i.verdict import PerceptionError, Verdict, judge
-from negt2i.vocab import COCO_CLASSES
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.failures import ContractRule, StageError
+from negt2i.core.perception import AttributeScores, BoolMask, Detections, DisparityMap, ImagePerception, RefinedMasks
+from negt2i.core.plan import PerceptionPlan, plan_perception
+from negt2i.core.spec import Prompt
+from negt2i.core.verdict import PerceptionError, Verdict, judge
+from negt2i.core.vocab import COCO_CLASSES
 
 _VOCAB: Final = frozenset(COCO_CLASSES)
 
@@ -115,7 +115,7 @@ class StageAnswers:
 def detector_request(prompt: Prompt, config: RuleConfig = CURRENT) -> DetectRequest:
     """The detector request of a prompt: its classes, in prompt order, without repeats, and the cap.
 
-    What the rules read (``negt2i.rules.select_instances``, ``negt2i.verdict.judge``): per object of
+    What the rules read (``negt2i.core.rules.select_instances``, ``negt2i.core.verdict.judge``): per object of
     the prompt, the detections of its own class only (presence, counting, the fallback to the top
     detection, over- and under-count, then the statements and probes on the counted instances), the
     top ``per_class_cap`` by score, ties to the earlier detection. So a detector may drop every other
@@ -139,7 +139,7 @@ def select_requested(
     ``scores[i]`` its score, in the detector's order, already at or above the prediction floor. Kept:
     detections of ``classes`` (``None`` / empty: every class); when ``max_per_class`` > 0, per class
     only the ``max_per_class`` highest scores, ties to the earlier detection, exactly the order
-    ``Detections.indices_of`` and ``negt2i.rules.select_instances`` use (scores compared as float32, as
+    ``Detections.indices_of`` and ``negt2i.core.rules.select_instances`` use (scores compared as float32, as
     ``Detections`` stores them). Returns the kept indices in ascending (the detector's) order and, for
     each class that lost detections to the cap, how many it had before the cap
     (``Detections.class_counts``).
@@ -233,7 +233,7 @@ def plan_requests(
 ) -> StageRequests:
     """The other stages' requests for ``detections`` taken as they are (``begin`` checks and filters them
     first; only a caller that means to judge an unfiltered answer, a test of the filter, calls this alone);
-    ``complete``: plan for re-judging with other thresholds (``negt2i.plan.plan_perception``)."""
+    ``complete``: plan for re-judging with other thresholds (``negt2i.core.plan.plan_perception``)."""
     det = detections
     plan = plan_perception(prompt, det, config, complete=complete)
     refine = None

@@ -58,10 +58,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from negt2i import __version__
-from negt2i.config import CURRENT, RuleConfig
-from negt2i.geometry import FacingPair, MaskStats, facing_pairs, gaps, mask_stats
-from negt2i.perception import ImagePerception
-from negt2i.rules import (
+from negt2i.core.config import CURRENT, RuleConfig
+from negt2i.core.geometry import FacingPair, MaskStats, facing_pairs, gaps, mask_stats
+from negt2i.core.perception import ImagePerception
+from negt2i.core.rules import (
     InstanceSelection,
     Measurement,
     attribute_confusion_set,
@@ -72,8 +72,8 @@ from negt2i.rules import (
     select_instances,
     statement_passes,
 )
-from negt2i.spec import AttributeStatement, Polarity, Prompt, RelationStatement
-from negt2i.vocab import ANSWERS, Category
+from negt2i.core.spec import AttributeStatement, Polarity, Prompt, RelationStatement
+from negt2i.core.vocab import ANSWERS, Category
 
 
 class PerceptionError(ValueError):
@@ -434,7 +434,7 @@ def judge(
 
     ``mask_cache``: mask measurements (``MaskStats``, keyed by detection index and whether the mask is the
     refined one) kept across calls on the same perception, for re-judging one image under many configs
-    (``negt2i.rejudge``); the verdict is the same with or without it."""
+    (``negt2i.core.rejudge``); the verdict is the same with or without it."""
     selections = [select_instances(perception.detections, obj.class_name, obj.count, config) for obj in prompt.objects]
     objects = [
         _object_verdict(i, sel, object_measurements(sel, perception, config)) for i, sel in enumerate(selections)

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 from pydantic import BaseModel, ConfigDict
 
-from negt2i.config import RuleConfig, stage_rules
+from negt2i.core.config import RuleConfig, stage_rules
 
 STAGES: Final[tuple[str, ...]] = ("detector", "segmenter", "attributes", "depth")
 """The perception stages, in pipeline order."""
@@ -69,7 +69,7 @@ class ModelInfo(BaseModel):
     operating_point: OperatingPoint | None = None
     """The detector's operating point (None for the other stages)."""
     rules: dict[str, float] = {}
-    """Rule constants the stage applies itself, by config path (``negt2i.config.stage_rules``)."""
+    """Rule constants the stage applies itself, by config path (``negt2i.core.config.stage_rules``)."""
 
     def digest(self) -> str:
         """A short, stable hash of everything above: a replaced model gives another digest."""
