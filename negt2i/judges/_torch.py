@@ -17,7 +17,7 @@ def resolve(device: str, dtype: str) -> tuple[torch.device, torch.dtype]:
     bf16, fp16) as torch objects; the errors name the accepted values."""
     import torch
 
-    from negt2i.stages._torch import DTYPES, check_dtype, resolve_device
+    from negt2i.stages.torch_support import DTYPES, check_dtype, resolve_device
 
     dev = resolve_device(device)
     if dtype == "auto":
@@ -41,7 +41,7 @@ def loaded_info(
     """The run header's record of a loaded judge: a tiny random model's name ends in ``-random``, its
     parameters are counted from ``model`` and its library is the installed ``dist``'s version."""
     from negt2i.judges.base import JudgeInfo
-    from negt2i.stages._torch import library
+    from negt2i.stages.torch_support import library
 
     return JudgeInfo(
         judge=label + ("-random" if random_init else ""),
