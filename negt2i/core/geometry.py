@@ -450,6 +450,11 @@ def facing_surfaces(
     offset: list[NDArray[np.intp]] = []
     width: list[NDArray[np.intp]] = []
     for level in range(len(_CELL_SIZES)):
+        if level == 0:  # the top level's cells are listed directly (below); only children are looked up
+            flat.append(np.zeros(0, bool))
+            offset.append(np.zeros(0, np.intp))
+            width.append(np.zeros(0, np.intp))
+            continue
         grids = [m.pyramid[level] for m in distinct]
         sizes = np.array([g.size for g in grids], np.intp)
         flat.append(np.concatenate([g.ravel() for g in grids]))
@@ -473,9 +478,10 @@ def facing_surfaces(
         cy = a_row0[req] + cr * size + (size - 1) / 2
         cx = a_col0[req] + cc * size + (size - 1) / 2
         lim = limits[req]
-        if size not in (4, 2):
+        if size in (_CELL_SIZES[0], 1):
             # the distance to B's box bounds D from below: cells beyond limit + reach of it are
-            # out (children of undecided 8 and 4 px cells are near B: the test is skipped there)
+            # out (children of undecided cells are near B: below the top the test decides next to
+            # nothing, and is kept on pixels only so that they are decided exactly as before)
             near = (
                 np.hypot(
                     np.maximum(np.maximum(b_box[0][req] - cy, cy - b_box[1][req]), 0.0),
