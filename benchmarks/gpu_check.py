@@ -301,7 +301,7 @@ def with_dtype(backend: Any, dtype: str) -> Any:
     """The same backend (same model object) running in ``dtype``: a shallow copy with its precision set."""
     import copy
 
-    from negt2i.stages._torch import DTYPES, check_dtype
+    from negt2i.stages.torch_support import DTYPES, check_dtype
 
     out = copy.copy(backend)
     out.dtype = check_dtype(dtype)

@@ -353,7 +353,7 @@ class RewardJudge:
         from negt2i.core.spec import read_prompts
         from negt2i.core.stage_types import STAGES
         from negt2i.pipeline import Pipeline, Stages
-        from negt2i.stages._torch import parse_dtypes
+        from negt2i.stages.torch_support import parse_dtypes
 
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -40,23 +40,22 @@ def server_credentials(cert: str, key: str, client_ca: str = "") -> grpc.ServerC
 
 
 def _deny(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of the same shape as ``handler`` that answers UNAUTHENTICATED."""
+    """A handler of the same response shape as ``handler`` that answers UNAUTHENTICATED without reading the
+    request: it is always request-streaming, so grpc.aio never asks gRPC core for the message (a unary handler
+    gets its message read, up to the transport limit, before it runs). The refused call holds at most its
+    HTTP/2 stream window (``orchestrator.guard.transport_options``)."""
 
-    async def unary(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def unary(_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
-    async def streaming(_request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def streaming(_requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
         yield  # pragma: no cover - abort raises
 
     kw = {"request_deserializer": None, "response_serializer": None}
-    if handler.request_streaming and handler.response_streaming:
-        return grpc.stream_stream_rpc_method_handler(streaming, **kw)
-    if handler.request_streaming:
-        return grpc.stream_unary_rpc_method_handler(unary, **kw)
     if handler.response_streaming:
-        return grpc.unary_stream_rpc_method_handler(streaming, **kw)
-    return grpc.unary_unary_rpc_method_handler(unary, **kw)
+        return grpc.stream_stream_rpc_method_handler(streaming, **kw)
+    return grpc.stream_unary_rpc_method_handler(unary, **kw)
 
 
 class TokenAuth(grpc.aio.ServerInterceptor):  # type: ignore[misc]

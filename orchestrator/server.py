@@ -498,10 +498,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         config=config,
         strict=settings.strict_stages,
     )
-    options = [
-        # gRPC ends a call whose message is over this; up to it, guard answers an oversized item on its own
-        ("grpc.max_receive_message_length", guard.TRANSPORT_FACTOR * settings.max_message_bytes),
-        ("grpc.max_send_message_length", settings.max_message_bytes),
+    options: list[tuple[str, Any]] = [
+        # the receive limit, and what gRPC buffers for a call before its message is read (docs/services.md, Memory)
+        *guard.transport_options(settings.max_message_bytes, settings.call_buffer_bytes),
         # clients send keepalive pings (negt2i.client: every 30 s, also on idle streams): allow them
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -520,7 +519,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         raise SystemExit(f"orchestrator: TLS: {exc}") from None
     # the token first (a refused call is never counted), then the bound on open calls
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuth(settings.auth_token)] if settings.auth_token else []
-    interceptors.append(guard.CallLimit(settings.max_calls))
+    interceptors.append(guard.CallLimit(settings.max_calls, settings.max_receiving, settings.receive_timeout_s,
+                                        settings.max_wait_s))  # fmt: skip
     server = grpc.aio.server(options=options, interceptors=interceptors)
     evaluator = Evaluator(settings, stages, config, corpus)
     guard.add_evaluator(evaluator, server, settings.max_message_bytes)

@@ -209,6 +209,26 @@ class Settings:
     max_calls: int = setting(
         256, "NEGT2I_MAX_CALLS", "open calls at once (unary and streams; health checks excepted)", at_least=1
     )
+    max_receiving: int = setting(
+        2,
+        "NEGT2I_MAX_RECEIVING",
+        "unary request messages received at once (each up to the transport limit, 2 x max_message_bytes); more "
+        "calls wait unread, each holding at most call_buffer_bytes",
+        at_least=1,
+    )
+    receive_timeout_s: float = setting(
+        30.0,
+        "NEGT2I_RECEIVE_TIMEOUT_S",
+        "longest time a unary call's message may take to arrive once its reception started (DEADLINE_EXCEEDED)",
+        above=0,
+    )
+    call_buffer_bytes: int = setting(
+        64 * 1024,
+        "NEGT2I_CALL_BUFFER_BYTES",
+        "HTTP/2 stream window: bytes gRPC accepts on a call before the server reads its message (0: gRPC's "
+        "automatic window, which grows to several MiB per call)",
+        at_least=0,
+    )
     tls_cert: str = setting("", "NEGT2I_TLS_CERT", "PEM server certificate (chain); with tls_key the port speaks TLS")
     tls_key: str = setting("", "NEGT2I_TLS_KEY", "PEM private key of tls_cert")
     tls_client_ca: str = setting(

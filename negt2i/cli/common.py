@@ -14,7 +14,7 @@ EXIT_INPUT: Final = 2
 def parse_device(text: str) -> str:
     """``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, checked for every backend (the synthetic ones
     ignore the device, but a typo is still a typo); whether CUDA is there is checked by the torch backends."""
-    from negt2i.stages._torch import DEVICE_RE
+    from negt2i.stages.torch_support import DEVICE_RE
 
     if not DEVICE_RE.match(text):
         raise argparse.ArgumentTypeError(f"unknown device {text!r}; use auto, cpu, cuda, cuda:N or mps")

@@ -109,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     from negt2i.evaluate import evaluate
     from negt2i.pipeline import Stages
     from negt2i.run.jobs import EvaluateError, discover, select_shard
-    from negt2i.stages._torch import parse_dtypes
+    from negt2i.stages.torch_support import parse_dtypes
 
     if args.batch_size < 1 or (args.limit is not None and args.limit < 0):
         print("error: --batch-size must be >= 1 and --limit >= 0", file=sys.stderr)

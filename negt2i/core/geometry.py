@@ -28,6 +28,9 @@ _DIRECTIONS = np.column_stack(
     (np.sin(np.arange(_TURNS) * (2 * math.pi / _TURNS)), np.cos(np.arange(_TURNS) * (2 * math.pi / _TURNS)))
 )
 """Unit vectors n_k = (sin, cos) of the angles 2 pi k / _TURNS, as (row, col) components."""
+_TURN_ROW = np.concatenate((_DIRECTIONS[:, 0], _DIRECTIONS[:, 0], _DIRECTIONS[:1, 0]))
+_TURN_COL = np.concatenate((_DIRECTIONS[:, 1], _DIRECTIONS[:, 1], _DIRECTIONS[:1, 1]))
+"""n_k's components for k = -_TURNS .. _TURNS, indexed k + _TURNS (the two sides of an angle without a wrap)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,8 +95,19 @@ class MaskStats:
         Every pixel of the mask lies in the half-plane n_k . x <= h_k, so for any point c
         n_k . c - h_k <= d(c, mask): lower bounds of distances that need no k-d tree call.
         """
-        out: NDArray[np.float64] = (self.boundary_points @ _DIRECTIONS.T).max(axis=0)
-        return out
+        return self._support_and_points[0]
+
+    @cached_property
+    def support_points(self) -> NDArray[np.float64]:
+        """(row, col) of a boundary pixel attaining each h_k of ``support``: for a convex mask, about
+        the nearest pixel to a point far out in direction n_k (any pixel gives an upper bound)."""
+        return self._support_and_points[1]
+
+    @cached_property
+    def _support_and_points(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        along = _DIRECTIONS @ self.boundary_points.T
+        best = along.argmax(axis=1)
+        return along[np.arange(_TURNS), best], self.boundary_points[best]
 
     @cached_property
     def pyramid(self) -> list[BoolMask]:
@@ -170,30 +184,51 @@ class BoundaryIndex:
         self._slot = {key: k for k, key in enumerate(unique)}
         self._members = list(unique.values())
         self._support: NDArray[np.float64] | None = None  # (mask, direction) raveled
+        self._support_points: NDArray[np.float64] | None = None  # (mask * _TURNS + direction, 2)
         self._tree: cKDTree | None = None
         self._points = np.zeros((0, 2))
         height, width = self._members[0].shape_hw if self._members else (0, 0)
         self._spacing = 4.0 * (height + width) + 256.0  # beyond any query's in-plane distance
 
     def lower_bound(
-        self, points: NDArray[np.float64], away: NDArray[np.float64], slots: NDArray[np.intp]
+        self,
+        rows: NDArray[np.float64],
+        cols: NDArray[np.float64],
+        away_rows: NDArray[np.float64],
+        away_cols: NDArray[np.float64],
+        slots: NDArray[np.intp],
     ) -> NDArray[np.float64]:
-        """A lower bound of the distance from each point to the boundary of mask ``slots[i]``.
+        """A lower bound of the distance from each point (row, col) to the boundary of mask ``slots[i]``.
 
-        max over the two directions n_k of ``_DIRECTIONS`` either side of ``away[i]`` of
-        n_k . p - h_k (``MaskStats.support``): the distance to the half-plane that holds the
-        mask. Valid whatever ``away`` is; close to the distance when ``away`` points from the
-        nearest boundary pixel to the point (a good choice: from a pixel near that one).
+        max over the two directions n_k of ``_DIRECTIONS`` either side of the direction
+        (away_rows[i], away_cols[i]) of n_k . p - h_k (``MaskStats.support``): the distance to a
+        half-plane that holds the mask. Valid whatever that direction is; close to the distance
+        when it points from the nearest boundary pixel to the point (a good choice: from a pixel
+        near that one).
         """
         if self._support is None:
-            self._support = np.stack([m.support for m in self._members]).ravel()
-        turn = np.floor(np.arctan2(away[:, 0], away[:, 1]) * (_TURNS / (2 * math.pi))).astype(np.intp)
-        best = np.full(points.shape[0], -math.inf)
-        for k in (turn % _TURNS, (turn + 1) % _TURNS):
-            bound = points[:, 0] * _DIRECTIONS[k, 0] + points[:, 1] * _DIRECTIONS[k, 1]
-            bound -= self._support[slots * _TURNS + k]
-            np.maximum(best, bound, out=best)
+            # per mask, the support of directions -K .. K (index + K), so that k and k + 1 need no wrap
+            table = np.stack([m.support for m in self._members])
+            self._support = np.concatenate((table, table, table[:, :1]), axis=1).ravel()
+        span = 2 * _TURNS + 1
+        turn = np.floor(np.arctan2(away_rows, away_cols) * (_TURNS / (2 * math.pi))).astype(np.intp) + _TURNS
+        best: NDArray[np.float64] = rows * _TURN_ROW[turn] + cols * _TURN_COL[turn] - self._support[slots * span + turn]
+        turn += 1
+        second = rows * _TURN_ROW[turn] + cols * _TURN_COL[turn] - self._support[slots * span + turn]
+        np.maximum(best, second, out=best)
         return best
+
+    def support_point(
+        self, away_rows: NDArray[np.float64], away_cols: NDArray[np.float64], slots: NDArray[np.intp]
+    ) -> NDArray[np.float64]:
+        """(row, col) of mask ``slots[i]``'s support pixel in the direction of ``_DIRECTIONS`` nearest to
+        (away_rows[i], away_cols[i]) (``MaskStats.support_points``): a boundary pixel, so an upper bound
+        of the distance from any point."""
+        if self._support_points is None:
+            self._support_points = np.concatenate([m.support_points for m in self._members])
+        turn = np.rint(np.arctan2(away_rows, away_cols) * (_TURNS / (2 * math.pi))).astype(np.intp) % _TURNS
+        found: NDArray[np.float64] = self._support_points[slots * _TURNS + turn]
+        return found
 
     def slot(self, mask: MaskStats) -> int:
         """The number of ``mask`` in this index (it must be one the index was built over)."""
@@ -216,7 +251,10 @@ class BoundaryIndex:
             self._points = np.concatenate([m.boundary_points for m in self._members])
             sizes = [len(m.boundary_points) for m in self._members]
             layer = np.repeat(np.arange(len(self._members)) * self._spacing, sizes)
-            self._tree = cKDTree(np.column_stack((self._points, layer)), compact_nodes=False, balanced_tree=False)
+            # sliding-midpoint splits, no node compaction, leaves of 64: the cheapest to build and
+            # to ask for the few hundred hard queries left per image (the points sit ~200 px away)
+            lifted = np.column_stack((self._points, layer))
+            self._tree = cKDTree(lifted, leafsize=64, compact_nodes=False, balanced_tree=False)
         dist, i = self._tree.query(np.column_stack((points, slots * self._spacing)), k=1, distance_upper_bound=upper)
         where = np.full((points.shape[0], 2), math.nan)
         found = i < len(self._points)
@@ -412,6 +450,11 @@ def facing_surfaces(
     offset: list[NDArray[np.intp]] = []
     width: list[NDArray[np.intp]] = []
     for level in range(len(_CELL_SIZES)):
+        if level == 0:  # the top level's cells are listed directly (below); only children are looked up
+            flat.append(np.zeros(0, bool))
+            offset.append(np.zeros(0, np.intp))
+            width.append(np.zeros(0, np.intp))
+            continue
         grids = [m.pyramid[level] for m in distinct]
         sizes = np.array([g.size for g in grids], np.intp)
         flat.append(np.concatenate([g.ravel() for g in grids]))
@@ -419,9 +462,10 @@ def facing_surfaces(
         width.append(np.array([g.shape[1] for g in grids], np.intp)[owner])
     req = np.repeat(np.arange(n), [int(np.count_nonzero(a.pyramid[0])) for a, _, _ in requests])
     cr, cc = (np.concatenate(x) for x in zip(*(_nonzero(a.pyramid[0]) for a, _, _ in requests), strict=True))
-    # the nearest boundary pixel of B found for each cell's parent (NaN: none yet): the
-    # distance to it bounds D from above, which settles many cells without a query
-    hint = np.full((cr.size, 2), math.nan)
+    # a pixel of B near each cell's nearest (the one found for its parent; at the top, B's
+    # support pixel facing the cell): the distance to it bounds D from above
+    b_centre = np.array([(b.cy, b.cx) for _, b, _ in requests], np.float64).T
+    hint = np.zeros((cr.size, 2))
     found_q: list[NDArray[np.intp]] = []
     found_r: list[NDArray[np.intp]] = []
     found_c: list[NDArray[np.intp]] = []
@@ -434,9 +478,10 @@ def facing_surfaces(
         cy = a_row0[req] + cr * size + (size - 1) / 2
         cx = a_col0[req] + cc * size + (size - 1) / 2
         lim = limits[req]
-        if size not in (4, 2):
+        if size in (_CELL_SIZES[0], 1):
             # the distance to B's box bounds D from below: cells beyond limit + reach of it are
-            # out (children of undecided 8 and 4 px cells are near B: the test is skipped there)
+            # out (children of undecided cells are near B: below the top the test decides next to
+            # nothing, and is kept on pixels only so that they are decided exactly as before)
             near = (
                 np.hypot(
                     np.maximum(np.maximum(b_box[0][req] - cy, cy - b_box[1][req]), 0.0),
@@ -446,26 +491,23 @@ def facing_surfaces(
                 <= lim
             )
             cr, cc, cy, cx, req, lim, hint = cr[near], cc[near], cy[near], cx[near], req[near], lim[near], hint[near]
-        # D(c) <= |c - hint| (hint is a pixel of B); squared distances of these half-integer
-        # coordinates are exact and the margin covers the last bit of SciPy's square root,
-        # so a cell settled here is one the exact distance would have put inside as well
+        if level == 0:
+            hint = index.support_point(cy - b_centre[0][req], cx - b_centre[1][req], shift[req])
+        # D(c) <= |c - hint| (hint is a pixel of B): squared distances of these half-integer
+        # coordinates are exact and the margin covers the last bit of SciPy's square root, so
+        # a cell settled here is one the exact distance would have put inside as well
         hr, hc = cy - hint[:, 0], cx - hint[:, 1]
-        upper = np.sqrt(hr * hr + hc * hc)  # NaN without a hint
-        settled = upper + reach <= lim - _MARGIN  # NaN compares False
+        upper = np.sqrt(hr * hr + hc * hc)
+        settled = upper + reach <= lim - _MARGIN
         # a lower bound of D (B's support function, see ``BoundaryIndex.lower_bound``) settles
-        # cells the other way: beyond limit + reach they are out; beyond limit - reach and,
-        # by the hint, within limit + reach they are undecided (split) -- both as the exact
+        # cells the other way: beyond limit + reach they are out; beyond limit - reach and, by
+        # the hint, within limit + reach they are undecided (split) -- both as the exact
         # distance would have decided, the margin covering the bound's rounding
-        out = np.zeros(cr.size, dtype=bool)
-        split = np.zeros(cr.size, dtype=bool)
-        open_ = np.flatnonzero(~settled & ~np.isnan(upper))
-        if open_.size:
-            centres = np.column_stack((cy[open_], cx[open_]))
-            away = np.column_stack((hr[open_], hc[open_]))
-            low = index.lower_bound(centres, away, shift[req[open_]]) - _MARGIN
-            out[open_] = low - reach > lim[open_]
-            if size > 1:
-                split[open_] = (low + reach > lim[open_]) & (upper[open_] - reach <= lim[open_])
+        low = index.lower_bound(cy, cx, hr, hc, shift[req]) - _MARGIN
+        out = ~settled & (low - reach > lim)
+        split = ~settled & ~out & (low + reach > lim) & (upper - reach <= lim)
+        if level == 0 or size == 1:  # a pixel is in or out; at the top, undecided cells are asked
+            split[:] = False  # (for the nearest pixel their children start from)
         ask = ~(settled | out | split)
         # farther than every limit + reach: out whatever the exact distance (inf from the tree)
         dist = np.full(cr.size, math.inf)

@@ -74,8 +74,7 @@ def tiny_clip(seed: int = 0) -> tuple[Any, Callable[[Any], Any], Callable[[list[
 def build(
     *, device: str = "auto", weights_dir: str | Path | None = None, dtype: str = "auto", random_init: bool = False
 ) -> OpenCLIPScore:
-    from negt2i.judges._torch import count_params, dtype_name, resolve
-    from negt2i.stages._torch import library
+    from negt2i.judges._torch import loaded_info, resolve
 
     dev, torch_dtype = resolve(device, "fp32" if dtype == "auto" else dtype)
     if random_init:
@@ -92,16 +91,17 @@ def build(
         tokenizer = open_clip.get_tokenizer(source)
         revision, sha = verified.revision, verified.sha256
     model = model.to(device=dev, dtype=torch_dtype)
-    info = JudgeInfo(
-        judge="CLIPScore" + ("-random" if random_init else ""),
+    info = loaded_info(
+        "CLIPScore",
         kind="score",
-        model="ViT-B-32/openai",
+        model_name="ViT-B-32/openai",
+        random_init=random_init,
         revision=revision,
         sha256=sha,
-        library=library("open_clip_torch"),
-        device=str(dev),
-        dtype=dtype_name(torch_dtype),
-        params=count_params(model),
+        dist="open_clip_torch",
+        device=dev,
+        dtype=torch_dtype,
+        model=model,
     )
     return OpenCLIPScore(model, preprocess, tokenizer, info)
 

@@ -110,8 +110,7 @@ def _build(name: str, processor_entry: str | None) -> Any:
     def build(
         *, device: str = "auto", weights_dir: str | Path | None = None, dtype: str = "auto", random_init: bool = False
     ) -> HFCLIPScore:
-        from negt2i.judges._torch import count_params, dtype_name, resolve
-        from negt2i.stages._torch import library
+        from negt2i.judges._torch import loaded_info, resolve
 
         row = ROWS[name]
         dev, torch_dtype = resolve(device, "fp32" if dtype == "auto" else dtype)
@@ -132,16 +131,17 @@ def _build(name: str, processor_entry: str | None) -> Any:
             model = CLIPModel.from_pretrained(verified.folder, dtype=torch_dtype, local_files_only=True)
             revision, sha = verified.revision, verified.sha256
         model = model.to(device=dev, dtype=torch_dtype)
-        info = JudgeInfo(
-            judge=row.label + ("-random" if random_init else ""),
+        info = loaded_info(
+            row.label,
             kind="score",
-            model=row.model,
+            model_name=row.model,
+            random_init=random_init,
             revision=revision,
             sha256=sha,
-            library=library("transformers"),
-            device=str(dev),
-            dtype=dtype_name(torch_dtype),
-            params=count_params(model),
+            dist="transformers",
+            device=dev,
+            dtype=torch_dtype,
+            model=model,
         )
         return HFCLIPScore(model, image_processor, tokenizer, info)
 

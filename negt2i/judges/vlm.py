@@ -81,8 +81,7 @@ def _factory(name: str, tiny: Callable[[], tuple[Any, Any]]) -> Callable[..., Tr
     def build(
         *, device: str = "auto", weights_dir: str | Path | None = None, dtype: str = "auto", random_init: bool = False
     ) -> TransformersJudge:
-        from negt2i.judges._torch import count_params, dtype_name, resolve
-        from negt2i.stages._torch import library
+        from negt2i.judges._torch import loaded_info, resolve
 
         row = ROWS[name]
         dev, torch_dtype = resolve(device, dtype)
@@ -101,16 +100,17 @@ def _factory(name: str, tiny: Callable[[], tuple[Any, Any]]) -> Callable[..., Tr
             )
             revision, sha = verified.revision, verified.sha256
         model = model.to(device=dev, dtype=torch_dtype)
-        info = JudgeInfo(
-            judge=row.label + ("-random" if random_init else ""),
+        info = loaded_info(
+            row.label,
             kind="vqa",
-            model=row.model,
+            model_name=row.model,
+            random_init=random_init,
             revision=revision,
             sha256=sha,
-            library=library("transformers"),
-            device=str(dev),
-            dtype=dtype_name(torch_dtype),
-            params=count_params(model),
+            dist="transformers",
+            device=dev,
+            dtype=torch_dtype,
+            model=model,
         )
         return TransformersJudge(model, processor, info)
 

@@ -49,7 +49,7 @@ class DepthAnythingEstimator:
     def __init__(
         self, model: Any, processor: Any, info: ModelInfo, *, batch_size: int = 8, dtype: str = "fp32"
     ) -> None:
-        from negt2i.stages._torch import DTYPES, check_dtype
+        from negt2i.stages.torch_support import DTYPES, check_dtype
 
         self.model = model.eval()
         self.processor = processor
@@ -72,7 +72,7 @@ class DepthAnythingEstimator:
         from transformers import AutoImageProcessor, DepthAnythingForDepthEstimation
 
         from negt2i import weights
-        from negt2i.stages._torch import model_info, resolve_device
+        from negt2i.stages.torch_support import model_info, resolve_device
 
         verified = weights.verify(BACKEND, weights_dir)
         dev = resolve_device(device)
@@ -98,7 +98,7 @@ class DepthAnythingEstimator:
         ``batch_size`` at a time."""
         import torch
 
-        from negt2i.stages._torch import precision
+        from negt2i.stages.torch_support import precision
 
         out: list[NDArray[np.float32] | None] = [None] * len(prepared)
         groups: dict[tuple[int, int], list[int]] = {}

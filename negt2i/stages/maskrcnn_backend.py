@@ -179,7 +179,7 @@ class MaskRCNNDetector:
         dtype: str = "fp32",
     ) -> None:
         """``model`` is in eval mode with ``box_score_thresh`` at most ``floor`` (``build_model``)."""
-        from negt2i.stages._torch import DTYPES, check_dtype
+        from negt2i.stages.torch_support import DTYPES, check_dtype
 
         if float(model.roi_heads.score_thresh) > floor:
             raise ValueError(f"the model's box_score_thresh {model.roi_heads.score_thresh} is above the floor {floor}")
@@ -211,7 +211,7 @@ class MaskRCNNDetector:
         import torch
 
         from negt2i import weights
-        from negt2i.stages._torch import model_info, resolve_device
+        from negt2i.stages.torch_support import model_info, resolve_device
 
         e = weights.entry(BACKEND)
         verified = weights.verify(BACKEND, weights_dir)
@@ -236,7 +236,7 @@ class MaskRCNNDetector:
         (see the module docstring)."""
         import torch
 
-        from negt2i.stages._torch import precision
+        from negt2i.stages.torch_support import precision
 
         shapes = [check_image(im) for im in images]
         wanted = list(classes) if classes is not None else [None] * len(images)

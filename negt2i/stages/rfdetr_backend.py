@@ -11,7 +11,7 @@ spells them (``mouse`` -> ``computer mouse``, ``remote`` -> ``tv remote``,
 By default the model runs RF-DETR's inference-optimised graph (``model.inference(compile=False)``:
 the exported forward without training-only branches, 158.7 vs 202.9 GFLOP per image at 624 px,
 identical ``predict()`` output; ``tests/stages/test_rfdetr.py`` checks the parity), and in the
-precision chosen with ``dtype`` (``fp32`` by default, ``negt2i.stages._torch.precision``).
+precision chosen with ``dtype`` (``fp32`` by default, ``negt2i.stages.torch_support.precision``).
 
 The class filter (``detect(images, classes=, max_per_class=)``, ``docs/stage-contract.md``) acts inside
 RF-DETR's post-processing (``_FilteredPostProcess``): of the top 300 query/class pairs, only those of
@@ -176,7 +176,7 @@ class RFDETRDetector:
         """``model`` is an ``rfdetr.RFDETR`` instance; ``shape`` overrides its inference resolution (tests;
         square when ``optimize``); ``optimize`` builds the inference-optimised graph (a copy: the original
         module is kept); ``dtype`` is ``fp32``, ``bf16`` or ``fp16`` (autocast)."""
-        from negt2i.stages._torch import DTYPES, check_dtype
+        from negt2i.stages.torch_support import DTYPES, check_dtype
 
         self.model = model
         self.dtype = check_dtype(dtype)
@@ -213,7 +213,7 @@ class RFDETRDetector:
         """Load ``RFDETRSegXLarge`` from the weights cache (``negt2i weights fetch``); ``shape`` overrides the
         inference resolution (tests)."""
         from negt2i import weights
-        from negt2i.stages._torch import model_info, resolve_device
+        from negt2i.stages.torch_support import model_info, resolve_device
 
         verified = weights.verify(BACKEND, weights_dir)
         dev = resolve_device(device)
@@ -247,7 +247,7 @@ class RFDETRDetector:
         import torchvision.transforms.functional as TF  # type: ignore[import-untyped]
         from rfdetr.detr import _uint8_chw_to_float, _uint8_image_to_chw_view
 
-        from negt2i.stages._torch import precision
+        from negt2i.stages.torch_support import precision
 
         hw = check_image(request)
         rf = self.model
@@ -265,7 +265,7 @@ class RFDETRDetector:
         training graph, the post-processing with the class filter, the rows above the floor)."""
         import torch
 
-        from negt2i.stages._torch import precision
+        from negt2i.stages.torch_support import precision
 
         if not prepared:
             return []

@@ -77,7 +77,7 @@ class SAM2Segmenter:
         dtype: str = "fp32",
         image_batch_size: int = 8,
     ) -> None:
-        from negt2i.stages._torch import DTYPES, check_dtype
+        from negt2i.stages.torch_support import DTYPES, check_dtype
 
         self.predictor = predictor
         self.dtype = check_dtype(dtype)
@@ -98,7 +98,7 @@ class SAM2Segmenter:
     ) -> SAM2Segmenter:
         """Load SAM 2.1 hiera-small from the weights cache (``negt2i weights fetch``)."""
         from negt2i import weights
-        from negt2i.stages._torch import model_info, resolve_device
+        from negt2i.stages.torch_support import model_info, resolve_device
 
         verified = weights.verify(BACKEND, weights_dir)
         dev = resolve_device(device)
@@ -115,7 +115,7 @@ class SAM2Segmenter:
     def candidates(self, boxes: NDArray[np.float32], shape_hw: tuple[int, int], img_idx: int = -1) -> NDArray[np.bool_]:
         """SAM's three candidate masks (k, 3, H, W) per box, for image ``img_idx`` of those last set on the
         predictor (``set_image`` or ``set_image_batch``)."""
-        from negt2i.stages._torch import precision
+        from negt2i.stages.torch_support import precision
 
         p = self.predictor
         with precision(p.device, self.dtype):
@@ -146,7 +146,7 @@ class SAM2Segmenter:
         check_boxes(b, r, hw)
         pixels = None
         if b.shape[0]:
-            from negt2i.stages._torch import precision
+            from negt2i.stages.torch_support import precision
 
             t = self.predictor._transforms
             with precision(self.predictor.device, self.dtype):  # the context set_image_batch transforms in
@@ -156,7 +156,7 @@ class SAM2Segmenter:
     def run_prepared(self, prepared: Sequence[PreparedBoxes], /, **_: Any) -> list[NDArray[np.bool_]]:
         """Refined masks per prepared request: the transformed images encoded ``image_batch_size`` at a time
         (as ``SAM2ImagePredictor.set_image_batch`` does with them), each image's boxes prompted in chunks."""
-        from negt2i.stages._torch import precision
+        from negt2i.stages.torch_support import precision
 
         out: list[NDArray[np.bool_]] = [np.zeros((0, *p.shape_hw), dtype=bool) for p in prepared]
         todo = [i for i, p in enumerate(prepared) if p.pixels is not None]

@@ -89,7 +89,7 @@ class SigLIPScorer:
         """``config``: the rule config whose ``attributes.text_templates`` the text embeddings use."""
         import torch
 
-        from negt2i.stages._torch import DTYPES, check_dtype
+        from negt2i.stages.torch_support import DTYPES, check_dtype
 
         self.config = config
         self.model = model.eval()
@@ -115,7 +115,7 @@ class SigLIPScorer:
         import open_clip
 
         from negt2i import weights
-        from negt2i.stages._torch import model_info, resolve_device
+        from negt2i.stages.torch_support import model_info, resolve_device
 
         verified = weights.verify(BACKEND, weights_dir)
         dev = resolve_device(device)
@@ -133,7 +133,7 @@ class SigLIPScorer:
         import torch
         import torch.nn.functional as F
 
-        from negt2i.stages._torch import precision
+        from negt2i.stages.torch_support import precision
 
         templates = self.config.attributes.text_templates
         key = (templates, class_name, tuple(answers))
@@ -186,7 +186,7 @@ class SigLIPScorer:
         import torch
         import torch.nn.functional as F
 
-        from negt2i.stages._torch import precision
+        from negt2i.stages.torch_support import precision
 
         outs = [np.zeros((len(p.class_names), len(p.answers)), dtype=np.float32) for p in prepared]
         owners = [(i, k) for i, p in enumerate(prepared) for k in range(len(p.pixels))]  # of every crop, in order

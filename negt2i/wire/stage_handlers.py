@@ -35,10 +35,10 @@ from google.protobuf.message import Message
 
 from negt2i.core.stage_types import STAGES, Image, ModelInfo
 from negt2i.core.vocab import COCO_CLASSES
-from negt2i.stages._torch import parse_dtypes
 from negt2i.stages.base import PreparesInputs
 from negt2i.stages.common import detect_requested
 from negt2i.stages.registry import DEFAULT_BACKENDS, create
+from negt2i.stages.torch_support import parse_dtypes
 from negt2i.wire import adapter
 from negt2i.wire.limits import ItemLimits
 from negt2i.wire.stage_table import spec

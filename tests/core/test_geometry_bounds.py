@@ -58,7 +58,7 @@ def test_lower_bound_never_exceeds_the_distance(masks: list[np.ndarray], queries
     q = np.array(queries)
     points, away = q[:, :2], q[:, 2:]
     slots = np.arange(len(q)) % len(stats)
-    low = index.lower_bound(points, away, slots)
+    low = index.lower_bound(points[:, 0], points[:, 1], away[:, 0], away[:, 1], slots)
     exact = index.nearest(points, slots)
     assert np.all(low <= exact + 1e-9)
     dist, _ = index.nearest_points(points, slots)
@@ -78,7 +78,8 @@ def test_bound_from_the_nearest_pixel_is_tight_on_a_disk() -> None:
     points = np.column_stack((100 + 90 * np.sin(angles), 100 + 90 * np.cos(angles)))
     slots = np.zeros(len(points), np.intp)
     dist, where = index.nearest_points(points, slots)
-    low = index.lower_bound(points, points - where, slots)
+    away = points - where
+    low = index.lower_bound(points[:, 0], points[:, 1], away[:, 0], away[:, 1], slots)
     assert np.all(low <= dist) and np.all(dist - low < 1.0)
 
 

@@ -106,7 +106,7 @@ def test_reduced_precision_is_recorded_and_returns_float32(estimator, dtype, rec
 def test_prepared_inputs_are_the_processor_batch(estimator):
     """``prepare`` (one image, off the model thread) gives exactly the tensors the image processor makes for
     the images together inside the previous call, and the disparities from them are the same bit for bit."""
-    from negt2i.stages._torch import precision
+    from negt2i.stages.torch_support import precision
 
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 255, (30, 44, 3), dtype=np.uint8) for _ in range(3)] + [

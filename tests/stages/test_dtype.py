@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from negt2i.stages._torch import DTYPES, check_dtype, parse_dtypes
 from negt2i.stages.registry import STAGES
+from negt2i.stages.torch_support import DTYPES, check_dtype, parse_dtypes
 from negt2i.wire.stage_handlers import StageSettings
 
 

@@ -132,7 +132,7 @@ def test_rfdetr_from_weights(tmp_path, no_published_hashes):
 
 
 def test_unknown_device_is_rejected(tmp_path):
-    from negt2i.stages._torch import resolve_device
+    from negt2i.stages.torch_support import resolve_device
 
     assert str(resolve_device("cpu")) == "cpu"
     with pytest.raises(ValueError, match="unknown device"):

@@ -1,6 +1,8 @@
-"""Helpers the torch-based backends share: device resolution, library versions, ``ModelInfo``.
+"""Helpers the torch-based backends share: device resolution, dtypes, library versions, ``ModelInfo``.
 
-Imported only by the real backends' constructors, never by the registry.
+Used by the real backends' constructors, the judges, the reward and the ``--dtype`` / ``--device``
+parsing of the CLI and the stage services; torch itself is imported only inside the functions that need
+it. Public to the package's users (it was the private ``negt2i.stages._torch`` before).
 """
 
 from __future__ import annotations

@@ -1,0 +1,277 @@
+"""Orchestrator memory under concurrent large unary calls, before and after (issue 31, item 6).
+
+    .venv/bin/python benchmarks/bench_memory.py [--calls 16] [--mb 60] [--before REV] [--image PNG]
+
+Starts orchestrators on 127.0.0.1 (stage URLs point nowhere: nothing here reaches a stage) and measures
+the server's resident memory (``VmRSS``; the peak from ``VmHWM``, reset after start-up) for:
+
+- ``unauthenticated``: a token is configured; ``--calls`` concurrent calls of ``--mb`` MB each, sent without
+  it, on one connection (where gRPC's automatic flow-control window grows most);
+- ``health``: the same calls to ``grpc.health.v1.Health/Check`` (which needs no token), one connection each;
+- ``authenticated``: the same calls with the token, one connection each (the messages, over
+  ``max_message_bytes`` but under the transport limit, are received and answered MESSAGE_TOO_LARGE);
+- ``throughput``: a 4096 x 4096 PNG (``--image``, else one of about 20 MiB is drawn) sent 16 times, 4 calls at
+  once, with the token: MiB/s through a real socket, up to admission (the prompt id is unknown, so no stage
+  is called).
+
+Each case runs against this tree (``after``) and, with ``--before REV`` (default: the commit before the
+change; ``--before ''`` skips it), against ``git archive REV`` of ``negt2i/`` and ``orchestrator/`` in a
+temporary directory (``before``), in the same run; ratios are after / before. The documented figures
+(docs/services.md, "Memory") are printed next to the measured ones. The helpers (``start``, ``burst``,
+``measure``) are what ``tests/reliability/test_memory.py`` uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import io
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+BEFORE = "0b80ddd"
+"""main before the change (issue 31, item 6)."""
+MIB = 1 << 20
+METHOD = "/negt2i.v1.Evaluator/Evaluate"
+HEALTH = "/grpc.health.v1.Health/Check"
+TOKEN = "bench-token"
+
+
+@dataclass
+class Server:
+    """A started orchestrator."""
+
+    popen: subprocess.Popen[bytes]
+    target: str
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def tail(self, n: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+def _status(pid: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def rss(pid: int) -> int:
+    """Resident bytes of ``pid`` now."""
+    return _status(pid)["VmRSS"]
+
+
+def measure(pid: int, load: Callable[[], object], settle_s: float = 1.5) -> tuple[float, float, object]:
+    """(peak growth MiB, growth MiB ``settle_s`` after ``load`` returned, what ``load`` returned): growth of
+    ``pid``'s resident memory over its level just before, the peak from ``VmHWM`` (reset first through
+    ``/proc/PID/clear_refs``, so start-up does not count)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    base = rss(pid)
+    result = load()
+    peak = _status(pid)["VmHWM"]
+    time.sleep(settle_s)
+    return (peak - base) / MIB, (rss(pid) - base) / MIB, result
+
+
+@contextmanager
+def start(env: Mapping[str, str], tmp: Path, tree: Path = REPO) -> Iterator[Server]:
+    """``python -m orchestrator`` from ``tree`` on a free port, with ``env`` over defaults that need no stage;
+    killed (its whole process group) on exit."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("NEGT2I_")}
+    e.update({f"NEGT2I_{s}_URL": "http://127.0.0.1:9" for s in ("DETECTOR", "SEGMENTER", "ATTRIBUTES", "DEPTH")})
+    e.update({"NEGT2I_CORPUS": str(tmp / "no-corpus.jsonl"), "PYTHONPATH": str(tree), **dict(env)})
+    log = tmp / f"orchestrator-{time.monotonic_ns()}.log"
+    with log.open("wb") as fh:
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "--host", "127.0.0.1", "--port", "0"],
+            cwd=tree, env=e, stdout=subprocess.PIPE, stderr=fh, start_new_session=True,
+        )  # fmt: skip
+    try:
+        assert popen.stdout is not None
+        line = popen.stdout.readline().decode()
+        if "listening on" not in line:
+            raise RuntimeError(f"orchestrator did not start:\n{log.read_text(errors='replace')[-3000:]}")
+        yield Server(popen, line.strip().rsplit(" ", 1)[1], log)
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+
+
+def request_bytes(size: int, request_id: str = "big", prompt_id: str = "bench-none") -> bytes:
+    """An encoded ``EvaluateRequest`` whose image is ``size`` bytes (encoded once, sent as is by ``burst``)."""
+    from negt2i.wire.v1 import evaluator_pb2
+
+    req = evaluator_pb2.EvaluateRequest(request_id=request_id, prompt_id=prompt_id)
+    req.image.data = b"\x89PNG" + bytes(max(0, size - 4))
+    return req.SerializeToString()
+
+
+def burst(target: str, message: bytes, calls: int, *, token: str = "", connections: int = 1, at_once: int = 0,
+          timeout: float = 120.0, method: str = METHOD) -> collections.Counter[str]:  # fmt: skip
+    """``calls`` unary calls of ``method`` (Evaluate) with the encoded ``message``, ``at_once`` at a time (0:
+    all), spread over ``connections`` connections; the count of each answer's status code."""
+    import grpc
+
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
+               ("grpc.use_local_subchannel_pool", 1)]  # fmt: skip
+    channels = [grpc.insecure_channel(target, options=options) for _ in range(max(1, connections))]
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
+    codes: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+    left = list(range(calls))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not left:
+                    return
+                i = left.pop()
+            call = channels[i % len(channels)].unary_unary(method)
+            try:
+                call(message, timeout=timeout, metadata=metadata)
+                code = "OK"
+            except grpc.RpcError as exc:
+                code = exc.code().name
+            with lock:
+                codes[code] += 1
+
+    threads = [threading.Thread(target=worker) for _ in range(at_once or calls)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for ch in channels:
+            ch.close()
+    return codes
+
+
+def png_4096() -> bytes:
+    """A 4096 x 4096 RGB PNG of about 20 MiB (noise in its top 1,700 rows, flat below)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    pixels = np.zeros((4096, 4096, 3), np.uint8)
+    pixels[:1700] = rng.integers(0, 256, (1700, 4096, 3), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def documented(calls: int, size: int, *, max_message_bytes: int = 32 * MIB, max_receiving: int = 2,
+               window: int = 64 * 1024) -> dict[str, float]:  # fmt: skip
+    """The bounds of docs/services.md ("Memory") on the growth ``calls`` concurrent calls of ``size`` bytes can
+    cause, MiB (defaults: the default settings): ``unauthenticated`` (Evaluator calls without the token: one
+    stream window each, plus 4 MiB), ``health`` (health checks, which need no token: one message at a time, 4 x
+    its size, the 64 MiB of free heap kept before a trim and 16 MiB), ``authenticated`` (unary calls with the
+    token: ``3 x max_receiving + 1`` messages of up to the transport limit, the 64 MiB of free heap kept before
+    a trim, a window per waiting call and 16 MiB)."""
+    message = min(size, 2 * max_message_bytes)
+    return {
+        "unauthenticated": (4 * MIB + calls * window) / MIB,
+        "health": (4 * message + 64 * MIB + 16 * MIB) / MIB,
+        "authenticated": ((3 * min(calls, max_receiving) + 1) * message + 64 * MIB + calls * window + 16 * MIB) / MIB,
+    }
+
+
+def _tree(rev: str, into: Path) -> Path:
+    """``negt2i/`` and ``orchestrator/`` of ``rev`` under ``into``."""
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "negt2i", "orchestrator"],
+                             check=True, capture_output=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=16)
+    p.add_argument("--mb", type=float, default=60.0, help="message size, MB (10^6 bytes)")
+    p.add_argument("--before", default=BEFORE, help="git revision to compare with ('' : none)")
+    p.add_argument("--reps", type=int, default=3, help="throughput runs per tree")
+    p.add_argument("--image", type=Path, help="a PNG for the throughput case (default: a drawn 4096 px one)")
+    a = p.parse_args(argv)
+    size = int(a.mb * 1e6)
+    message = request_bytes(size)
+    image = a.image.read_bytes() if a.image else png_4096()
+    legit = request_bytes(0)
+    from negt2i.wire.v1 import evaluator_pb2
+
+    req = evaluator_pb2.EvaluateRequest.FromString(legit)
+    req.image.data = image
+    legit = req.SerializeToString()
+    env = {"NEGT2I_AUTH_TOKEN": TOKEN}
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp_name:
+        tmp = Path(tmp_name)
+        trees = {"after": REPO}
+        if a.before:
+            (tmp / "before").mkdir()
+            trees["before"] = _tree(a.before, tmp / "before")
+        rows: dict[str, dict[str, tuple[float, float, str]]] = {name: {} for name in trees}
+        for name, tree in trees.items():
+            cases = (("unauthenticated", "", 1, METHOD), ("health", "", a.calls, HEALTH),
+                     ("authenticated", TOKEN, a.calls, METHOD))  # fmt: skip
+            for case, token, connections, method in cases:
+                with start(env, tmp, tree) as server:
+                    time.sleep(1.0)
+                    peak, after, codes = measure(server.pid, functools.partial(
+                        burst, server.target, message, a.calls, token=token, connections=connections,
+                        method=method))  # fmt: skip
+                    rows[name][case] = (peak, after, str(dict(codes)))  # type: ignore[call-overload]
+        rates: dict[str, list[float]] = {name: [] for name in trees}
+        answers: dict[str, collections.Counter[str]] = {name: collections.Counter() for name in trees}
+        for _ in range(a.reps):  # interleaved: a loaded machine slows both trees alike
+            for name, tree in trees.items():
+                with start(env, tmp, tree) as server:
+                    burst(server.target, legit, 1, token=TOKEN)  # warm up
+                    t0 = time.perf_counter()
+                    answers[name] += burst(server.target, legit, 16, token=TOKEN, at_once=4)
+                    rates[name].append(16 * len(image) / MIB / (time.perf_counter() - t0))
+    bound = documented(a.calls, size)
+    print(f"{a.calls} concurrent calls of {a.mb:g} MB; orchestrator resident memory growth, MiB")
+    print(f"{'case':<16} {'tree':<7} {'peak':>8} {'after':>8} {'documented':>11}  answers")
+    for case in ("unauthenticated", "health", "authenticated"):
+        for name in rows:
+            peak, after, codes = rows[name][case]
+            doc = f"{bound[case]:.0f}" if name == "after" else ""
+            print(f"{case:<16} {name:<7} {peak:>8.0f} {after:>8.0f} {doc:>11}  {codes}")
+    print(f"throughput: {len(image) / MIB:.1f} MiB PNG x 16, 4 at once; MiB/s, median of {a.reps} runs (all runs)")
+    for name in trees:
+        runs = ", ".join(f"{r:.0f}" for r in rates[name])
+        print(f"{'throughput':<16} {name:<7} {statistics.median(rates[name]):>8.0f}   ({runs})  {dict(answers[name])}")
+    if "before" in rows:
+        r = {
+            c: rows["after"][c][0] / max(rows["before"][c][0], 1e-9)
+            for c in ("unauthenticated", "health", "authenticated")
+        }
+        t = statistics.median(rates["after"]) / statistics.median(rates["before"])
+        print(f"ratios after/before: peak unauthenticated {r['unauthenticated']:.2f}, health {r['health']:.2f}, "
+              f"authenticated {r['authenticated']:.2f}, throughput {t:.2f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

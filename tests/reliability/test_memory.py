@@ -1,0 +1,110 @@
+"""Memory before a message is read (issue 31, item 6), against real orchestrator processes: calls without the
+token cost one HTTP/2 stream window each, unary messages are received ``NEGT2I_MAX_RECEIVING`` at a time and
+their memory goes back to the system, a silent call gives its place up after ``NEGT2I_RECEIVE_TIMEOUT_S``.
+The bounds are docs/services.md's ("Memory"), computed by ``benchmarks.bench_memory.documented``; the same
+helpers print the 16 x 60 MB figures (``benchmarks/bench_memory.py``)."""
+
+from __future__ import annotations
+
+import functools
+import queue
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from benchmarks.bench_memory import METHOD, TOKEN, burst, documented, measure, request_bytes, start
+
+pytestmark = [
+    pytest.mark.xdist_group("reliability"),
+    pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc (VmHWM)"),
+]
+
+MB = 1_000_000
+
+
+def test_calls_without_the_token_cost_one_stream_window_each(tmp_path: Path) -> None:
+    """16 concurrent 24 MB calls without the token on one connection (where gRPC's automatic window grows
+    most): each is refused UNAUTHENTICATED without its message being read, and the server grows by no more than
+    the documented 4 MiB + 64 KiB per call (before: 12-53 MiB, the window grown by BDP probing)."""
+    calls, size = 16, 24 * MB
+    with start({"NEGT2I_AUTH_TOKEN": TOKEN}, tmp_path) as server:
+        time.sleep(0.5)
+        peak, _after, codes = measure(server.pid, functools.partial(
+            burst, server.target, request_bytes(size), calls, connections=1), settle_s=0.2)  # fmt: skip
+        assert codes == {"UNAUTHENTICATED": calls}, server.tail()
+        bound = documented(calls, size)["unauthenticated"]
+        assert peak <= bound, f"grew {peak:.0f} MiB, the documented bound is {bound:.0f} MiB"
+
+
+def test_unary_messages_are_received_a_few_at_a_time_and_their_memory_returns(tmp_path: Path) -> None:
+    """16 concurrent 15 MB calls with the token, one connection each, over NEGT2I_MAX_MESSAGE_BYTES (8 MiB) but
+    under the transport limit: all are read and answered RESOURCE_EXHAUSTED (MESSAGE_TOO_LARGE), one at a time
+    (NEGT2I_MAX_RECEIVING=1), so the peak stays under the documented (3 x 1 + 1) x 15 MB + 81 MiB (before:
+    198-262 MiB, every message received at once), and 1.5 s later the memory is back with the system (before:
+    143-234 MiB kept)."""
+    calls, size = 16, 15 * MB
+    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_MESSAGE_BYTES": str(8 << 20), "NEGT2I_MAX_RECEIVING": "1"}
+    with start(env, tmp_path) as server:
+        time.sleep(0.5)
+        peak, after, codes = measure(server.pid, functools.partial(
+            burst, server.target, request_bytes(size), calls, token=TOKEN, connections=calls))  # fmt: skip
+        assert codes == {"RESOURCE_EXHAUSTED": calls}, server.tail()
+        bound = documented(calls, size, max_message_bytes=8 << 20, max_receiving=1)["authenticated"]
+        assert peak <= bound, f"grew {peak:.0f} MiB at the peak, the documented bound is {bound:.0f} MiB"
+        assert after <= 64, f"{after:.0f} MiB still held 1.5 s after the calls"
+
+
+def test_health_checks_of_any_size_are_read_one_at_a_time(tmp_path: Path) -> None:
+    """Health checks need no token, so anyone may send 16 concurrent 24 MB ones: they are read one at a time
+    (the others wait 2 s for the place, then RESOURCE_EXHAUSTED), so the peak stays under the documented 4 x
+    24 MB + 80 MiB (before: every one read at once, +1.3 GiB for 16 x 60 MB), and a real health check is
+    answered afterwards."""
+    from benchmarks.bench_memory import HEALTH
+    from tests.services.live import wait_health
+
+    calls, size = 16, 24 * MB
+    with start({"NEGT2I_AUTH_TOKEN": TOKEN}, tmp_path) as server:
+        time.sleep(0.5)
+        peak, after, codes = measure(server.pid, functools.partial(
+            burst, server.target, request_bytes(size), calls, connections=calls, method=HEALTH))  # fmt: skip
+        assert set(codes) <= {"NOT_FOUND", "RESOURCE_EXHAUSTED"} and codes["NOT_FOUND"] >= 1, codes
+        bound = documented(calls, size)["health"]
+        assert peak <= bound, f"grew {peak:.0f} MiB at the peak, the documented bound is {bound:.0f} MiB"
+        assert after <= 32, f"{after:.0f} MiB still held 1.5 s after the calls"
+        assert wait_health(server.target, "NOT_SERVING", timeout=10) == "NOT_SERVING"  # stages point nowhere
+
+
+def test_a_silent_call_gives_its_place_up_after_the_receive_timeout(tmp_path: Path) -> None:
+    """NEGT2I_MAX_RECEIVING=1: a call that never sends its message holds the one place, so another call waits
+    (unread) and is refused RESOURCE_EXHAUSTED after NEGT2I_MAX_WAIT_S, with the rich error model; after
+    NEGT2I_RECEIVE_TIMEOUT_S the silent call ends DEADLINE_EXCEEDED and calls are read again."""
+    from grpc_status import rpc_status
+
+    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_RECEIVING": "1", "NEGT2I_RECEIVE_TIMEOUT_S": "2",
+           "NEGT2I_MAX_WAIT_S": "0.5"}  # fmt: skip
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    with start(env, tmp_path) as server, grpc.insecure_channel(server.target) as channel:
+        feed: queue.Queue[Any] = queue.Queue()
+        t0 = time.monotonic()
+        silent = channel.stream_unary(METHOD).future(iter(feed.get, None), timeout=30, metadata=metadata)
+        try:
+            time.sleep(0.5)  # the silent call has taken the place
+            unary = channel.unary_unary(METHOD)
+            with pytest.raises(grpc.RpcError) as waited:
+                unary(request_bytes(1000), timeout=30, metadata=metadata)
+            assert waited.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, waited.value.details()
+            assert "being received" in (waited.value.details() or "")
+            assert rpc_status.from_call(waited.value) is not None, "no rich error model: clients would not retry"
+            with pytest.raises(grpc.RpcError) as ended:
+                silent.result(timeout=30)
+            assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED, ended.value.details()
+            assert "did not arrive within 2 s" in (ended.value.details() or "")
+            assert 1.5 <= time.monotonic() - t0 <= 20
+        finally:
+            feed.put(None)
+        with pytest.raises(grpc.RpcError) as served:  # read and judged: the prompt id is unknown
+            unary(request_bytes(1000), timeout=30, metadata=metadata)
+        assert served.value.code() == grpc.StatusCode.NOT_FOUND, served.value.details()
