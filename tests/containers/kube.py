@@ -104,33 +104,47 @@ def podman_version(docker: Docker) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", out)[:3])
 
 
-def configmaps(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def configmaps(objs: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    """The ConfigMaps, named with this run's prefix: podman keeps a ConfigMap mounted as a volume in a podman
+    volume named after it, and reuses one that exists (stale keys included)."""
     out = []
     for o in objs:
         if o["kind"] == "ConfigMap":
             cm = copy.deepcopy(o)
             cm["metadata"].pop("namespace", None)
+            cm["metadata"]["name"] = f"{prefix}-{cm['metadata']['name']}"
             out.append(cm)
     return out
 
 
 def retarget(pod: dict[str, Any], images: dict[str, str], prefix: str) -> None:
-    """A pod spec's containers run the built images (never pulled); its claims name this run's volumes."""
+    """A pod spec's containers run the built images (never pulled); its claims and ConfigMaps are this run's."""
     for c in [*pod.get("initContainers", []), *pod["containers"]]:
         repo = c["image"].rsplit(":", 1)[0].rsplit("/", 1)[1]
         c["image"] = images[repo]
         c["imagePullPolicy"] = "Never"
+        refs = [e["configMapRef"] for e in c.get("envFrom", []) if "configMapRef" in e]
+        refs += [
+            e["valueFrom"]["configMapKeyRef"] for e in c.get("env", []) if "configMapKeyRef" in e.get("valueFrom", {})
+        ]
+        for ref in refs:
+            ref["name"] = f"{prefix}-{ref['name']}"
     for volume in pod.get("volumes", []):
         claim = volume.get("persistentVolumeClaim")
         if claim:
             claim["claimName"] = f"{prefix}-{claim['claimName']}"
+        if "configMap" in volume:
+            volume["configMap"]["name"] = f"{prefix}-{volume['configMap']['name']}"
+        for source in volume.get("projected", {}).get("sources", []):
+            if "configMap" in source:
+                source["configMap"]["name"] = f"{prefix}-{source['configMap']['name']}"
 
 
 def overlay_deployments(objs: list[dict[str, Any]], images: dict[str, str], prefix: str, *,
                         init_restart_bug: bool) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Per Deployment name: the kube file's objects (its ConfigMaps and the Deployment) and its host ports.
     ``init_restart_bug``: podman older than 4.4 (see the module's docstring): the pods restart ``OnFailure``."""
-    maps = configmaps(objs)
+    maps = configmaps(objs, prefix)
     out: dict[str, dict[str, Any]] = {}
     for o in objs:
         if o["kind"] != "Deployment":
@@ -174,13 +188,13 @@ def job_as_pod(job: dict[str, Any], name: str, images: dict[str, str], prefix: s
 def overlay_jobs(objs: list[dict[str, Any]], images: dict[str, str], prefix: str) -> dict[str, Any]:
     """The sweep Job as one pod per completion index and the report Job as one pod, each in a kube file with
     the sweep's ConfigMap: ``{"shards": N, "sweep": [[objects], ...], "report": [objects]}``."""
-    maps = configmaps(objs)
+    maps = configmaps(objs, prefix)
     jobs = {o["metadata"]["name"]: o for o in objs if o["kind"] == "Job"}
     check(set(jobs) == {"negt2i-sweep", "negt2i-report"}, f"{JOBS} renders Jobs {sorted(jobs)}")
     sweep = jobs["negt2i-sweep"]
     (ref,) = {e["configMapRef"]["name"] for c in sweep["spec"]["template"]["spec"]["containers"]
               for e in c.get("envFrom", []) if "configMapRef" in e}  # fmt: skip
-    (settings,) = [m for m in maps if m["metadata"]["name"] == ref]
+    (settings,) = [m for m in maps if m["metadata"]["name"] == f"{prefix}-{ref}"]
     shards = int(settings["data"]["SWEEP_SHARDS"])
     spec = sweep["spec"]
     check(spec.get("completionMode") == "Indexed" and spec["completions"] == shards == spec["parallelism"],
@@ -237,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
             for claim in sorted(claims):
                 volumes.append(claim)
                 docker("volume", "create", claim)
+            # the volumes kube play makes for the ConfigMaps mounted as volumes: removed by name too
+            volumes += sorted({v["configMap"]["name"] for pod in pods for v in pod["spec"].get("volumes", [])
+                               if "configMap" in v})  # fmt: skip
             prepare = f"{prefix}-prepare"
             docker.containers.append(prepare)
             docker("run", "--name", prepare, "--user", "0", "-v", f"{weights}:/weights", "-v", f"{data}:/images",

@@ -31,7 +31,10 @@ def _configmaps_used(spec: dict[str, Any]) -> set[str]:
 
 
 def _configmaps_in(objects: list[dict[str, Any]]) -> set[str]:
-    return {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
+    names = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
+    # podman keeps a ConfigMap mounted as a volume in a podman volume of its name: prefixed by the run
+    assert all(n.startswith(f"{PREFIX}-negt2i-") for n in names), names
+    return names
 
 
 def _strip(spec: dict[str, Any]) -> dict[str, Any]:
@@ -45,7 +48,13 @@ def _strip(spec: dict[str, Any]) -> dict[str, Any]:
         for port in c.get("ports", []):
             port.pop("hostIP", None)
             port.pop("hostPort", None)
+    for c in [*spec.get("initContainers", []), *spec["containers"]]:
+        for e in c.get("envFrom", []):
+            if "configMapRef" in e:
+                e["configMapRef"]["name"] = e["configMapRef"]["name"].removeprefix(f"{PREFIX}-")
     for v in spec.get("volumes", []):
+        if "configMap" in v:
+            v["configMap"]["name"] = v["configMap"]["name"].removeprefix(f"{PREFIX}-")
         if "persistentVolumeClaim" in v:
             v["persistentVolumeClaim"]["claimName"] = v["persistentVolumeClaim"]["claimName"].removeprefix(f"{PREFIX}-")
     return spec
