@@ -73,7 +73,7 @@ def test_health_checks_of_any_size_are_read_one_at_a_time(tmp_path: Path) -> Non
         assert set(codes) <= {"NOT_FOUND", "RESOURCE_EXHAUSTED"} and codes["NOT_FOUND"] >= 1, codes
         bound = documented(calls, size)["health"]
         assert peak <= bound, f"grew {peak:.0f} MiB at the peak, the documented bound is {bound:.0f} MiB"
-        assert after <= 32, f"{after:.0f} MiB still held 1.5 s after the calls"
+        assert after <= 64, f"{after:.0f} MiB still held 1.5 s after the calls"
         assert wait_health(server.target, "NOT_SERVING", timeout=10) == "NOT_SERVING"  # stages point nowhere
 
 
