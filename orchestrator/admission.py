@@ -27,9 +27,10 @@ stream holds one unadmitted message and the transport's flow control holds the c
 client keeping at most ``stream_window`` items unanswered (the grant it reads from ``ServiceInfo.limits``
 and the stream's initial metadata), nothing piles up in the server.
 
-The default budget follows the memory limit of the process (``default_budget``): half the cgroup limit
-(Kubernetes ``resources.limits.memory``), or a quarter of the machine's memory (at most 4 GiB) when there
-is no limit; ``NEGT2I_MAX_INFLIGHT_BYTES`` sets it.
+The default budget follows the memory limit of the process (``default_budget``): half of what is left of
+the cgroup limit (Kubernetes ``resources.limits.memory``) after the process's own memory and the bounds of
+messages being received (``orchestrator.guard.reception_reserve``), or a quarter of the machine's memory
+(at most 4 GiB) when there is no limit; ``NEGT2I_MAX_INFLIGHT_BYTES`` sets it.
 """
 
 from __future__ import annotations
@@ -79,12 +80,18 @@ def cgroup_memory_limit(root: str | Path = "/sys/fs/cgroup") -> int | None:
     return None
 
 
-def default_budget(limit: int | None = None, total_memory: int | None = None) -> int:
-    """Half the memory limit, else a quarter of the machine's memory capped at 4 GiB; at least 64 MiB."""
+def default_budget(limit: int | None = None, total_memory: int | None = None, reserve: int = 0) -> int:
+    """The in-flight budget when ``NEGT2I_MAX_INFLIGHT_BYTES`` is not set, at least ``MIN_BUDGET``:
+
+        (limit - reserve) / 2                        under a memory limit (admitted + waiting <= 2 x budget)
+        min(total_memory / 4, 4 GiB)                 without one
+
+    ``reserve`` is what the process holds outside the budget (``orchestrator.guard.reception_reserve``), so
+    that the reserve and twice the budget together fit the limit."""
     if limit is None:
         limit = cgroup_memory_limit()
     if limit is not None:
-        return max(MIN_BUDGET, limit // 2)
+        return max(MIN_BUDGET, (limit - reserve) // 2)
     if total_memory is None:
         try:
             total_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

@@ -223,6 +223,27 @@ def add_evaluator(servicer: Any, server: grpc.aio.Server, max_message_bytes: int
     server.add_registered_method_handlers(name, handlers)
 
 
+PROCESS_BASELINE: Final = 256 << 20
+"""The orchestrator's own resident memory before any call (251 MiB measured: Python, gRPC, numpy, SciPy)."""
+_SLACK: Final = 16 << 20
+"""The fixed term of each documented reception bound (docs/services.md, "Memory before a message is read")."""
+
+
+def reception_reserve(max_message_bytes: int, max_receiving: int, max_calls: int, call_buffer_bytes: int) -> int:
+    """What the orchestrator holds outside the admission budget, by the bounds docs/services.md documents:
+
+        B + (6 T + 16 MiB) + ((3 R + 3) T + N b + 16 MiB)
+
+    with B = ``PROCESS_BASELINE``, T = ``TRANSPORT_FACTOR`` x ``max_message_bytes`` (the transport limit),
+    R = ``max_receiving``, N = ``max_calls`` and b = ``call_buffer_bytes``: the process, health checks read one
+    at a time, and unary messages being received. The default admission budget is what is left of the memory
+    limit after it (``orchestrator.admission.default_budget``), so the documented rows add up to the limit."""
+    transport = TRANSPORT_FACTOR * max_message_bytes
+    health = 6 * transport + _SLACK
+    unary = (3 * max_receiving + 3) * transport + max_calls * call_buffer_bytes + _SLACK
+    return PROCESS_BASELINE + health + unary
+
+
 def transport_options(max_message_bytes: int, call_buffer_bytes: int) -> list[tuple[str, int]]:
     """The gRPC server options that bound what gRPC itself receives (see the module docstring)."""
     options = [

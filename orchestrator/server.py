@@ -47,7 +47,7 @@ from negt2i.core.stage_types import STAGES, Image
 from negt2i.wire import adapter, errors
 from negt2i.wire.v1 import common_pb2, evaluator_pb2, evaluator_pb2_grpc
 from orchestrator import discovery, guard
-from orchestrator.admission import Admission, Overloaded, default_budget, item_cost
+from orchestrator.admission import Admission, Overloaded, cgroup_memory_limit, default_budget, item_cost
 from orchestrator.security import TokenAuth, server_credentials
 from orchestrator.settings import Settings, SettingsError
 from orchestrator.stages import RemoteStages
@@ -428,7 +428,18 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], failure: Failure) 
 
 
 def _admission(settings: Settings) -> Admission:
-    budget = settings.max_inflight_bytes or default_budget()
+    reserve = guard.reception_reserve(
+        settings.max_message_bytes, settings.max_receiving, settings.max_calls, settings.call_buffer_bytes
+    )
+    budget = settings.max_inflight_bytes or default_budget(reserve=reserve)
+    limit = cgroup_memory_limit()
+    if limit is not None and reserve + 2 * budget > limit:
+        log.warning(
+            "memory limit %d MiB < %d MiB (messages being received and the process, %d MiB, + 2 x the in-flight "
+            "budget, %d MiB): raise the limit or lower NEGT2I_MAX_INFLIGHT_BYTES, NEGT2I_MAX_MESSAGE_BYTES or "
+            "NEGT2I_MAX_RECEIVING (docs/services.md, Memory before a message is read)",
+            limit >> 20, (reserve + 2 * budget) >> 20, reserve >> 20, budget >> 20,
+        )  # fmt: skip
     return Admission(budget, settings.max_active, settings.max_waiting, settings.max_wait_s)
 
 

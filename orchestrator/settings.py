@@ -191,7 +191,7 @@ class Settings:
     max_inflight_bytes: int = setting(
         0,
         "NEGT2I_MAX_INFLIGHT_BYTES",
-        "global in-flight byte budget of admitted items; 0: half the memory limit",
+        "global in-flight byte budget of admitted items; 0: half of the memory limit less the reception reserve",
         at_least=0,
     )
     max_active: int = setting(
