@@ -187,14 +187,14 @@ def documented(calls: int, size: int, *, max_message_bytes: int = 32 * MIB, max_
     """The bounds of docs/services.md ("Memory") on the growth ``calls`` concurrent calls of ``size`` bytes can
     cause, MiB (defaults: the default settings): ``unauthenticated`` (Evaluator calls without the token: one
     stream window each, plus 4 MiB), ``health`` (health checks, which need no token: one message at a time, 4 x
-    its size, the 64 MiB of free heap kept before a trim and 16 MiB), ``authenticated`` (unary calls with the
+    its size, the 128 MiB of free heap kept before a trim and 16 MiB), ``authenticated`` (unary calls with the
     token: ``3 x max_receiving + 1`` messages of up to the transport limit, the 64 MiB of free heap kept before
     a trim, a window per waiting call and 16 MiB)."""
     message = min(size, 2 * max_message_bytes)
     return {
         "unauthenticated": (4 * MIB + calls * window) / MIB,
-        "health": (4 * message + 64 * MIB + 16 * MIB) / MIB,
-        "authenticated": ((3 * min(calls, max_receiving) + 1) * message + 64 * MIB + calls * window + 16 * MIB) / MIB,
+        "health": (4 * message + 128 * MIB + 16 * MIB) / MIB,
+        "authenticated": ((3 * min(calls, max_receiving) + 1) * message + 128 * MIB + calls * window + 16 * MIB) / MIB,
     }
 
 

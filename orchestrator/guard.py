@@ -319,7 +319,7 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     to wait for it), never behind the Evaluator's uploads."""
 
     def __init__(self, max_calls: int, max_receiving: int | None = None, receive_timeout_s: float = 30.0,
-                 max_wait_s: float = 60.0) -> None:  # fmt: skip
+                 max_wait_s: float = 60.0, max_free_heap: int = 128 << 20) -> None:  # fmt: skip
         if max_calls < 1 or (max_receiving is not None and max_receiving < 1):
             raise ValueError("max_calls and max_receiving must be at least 1")
         self.max_calls = max_calls
@@ -327,7 +327,7 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self.refused = 0
         self.places = Places(max_receiving or max_calls, receive_timeout_s, max_wait_s, "messages")
         self.probes = Places(1, PROBE_RECEIVE_S, PROBE_RECEIVE_S, "health checks")
-        self.heap = HeapTrim()
+        self.heap = HeapTrim(max_free=max_free_heap)
 
     async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = await continuation(details)
@@ -439,11 +439,12 @@ class HeapTrim:
     freed they stay in the process, and a later message received on another thread does not reuse them (16 x 60
     MB calls left +486 MiB resident; health checks read one at a time still grew it by 700 MiB). While calls
     end, the free heap (``mallinfo2``) is checked every ``interval_s`` / 5 and trimmed once it is over
-    ``max_free`` bytes; ``interval_s`` after the last call it is trimmed whatever its size. Trimming after every
-    call instead would make each large message fault its pages in afresh. A no-op where the C library has no
+    ``max_free`` bytes; ``interval_s`` after the last call it is trimmed whatever its size. Trimming sooner makes
+    large messages fault their pages in afresh: with 64 MiB, 20 MiB images arrived at 0.66x the rate, with
+    128 MiB at 1.0x (``benchmarks/bench_memory.py``). A no-op where the C library has no
     ``malloc_trim`` (musl, macOS); without ``mallinfo2`` (glibc < 2.33) every check trims."""
 
-    def __init__(self, interval_s: float = 0.5, max_free: int = 64 << 20) -> None:
+    def __init__(self, interval_s: float = 0.5, max_free: int = 128 << 20) -> None:
         self.interval_s = interval_s
         self.max_free = max_free
         self.trims = 0

@@ -519,8 +519,9 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
         raise SystemExit(f"orchestrator: TLS: {exc}") from None
     # the token first (a refused call is never counted), then the bound on open calls
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuth(settings.auth_token)] if settings.auth_token else []
+    free_heap = 2 * guard.TRANSPORT_FACTOR * settings.max_message_bytes  # trimmed above: two messages' worth
     interceptors.append(guard.CallLimit(settings.max_calls, settings.max_receiving, settings.receive_timeout_s,
-                                        settings.max_wait_s))  # fmt: skip
+                                        settings.max_wait_s, free_heap))  # fmt: skip
     server = grpc.aio.server(options=options, interceptors=interceptors)
     evaluator = Evaluator(settings, stages, config, corpus)
     guard.add_evaluator(evaluator, server, settings.max_message_bytes)

@@ -42,7 +42,7 @@ def test_calls_without_the_token_cost_one_stream_window_each(tmp_path: Path) -> 
 def test_unary_messages_are_received_a_few_at_a_time_and_their_memory_returns(tmp_path: Path) -> None:
     """16 concurrent 15 MB calls with the token, one connection each, over NEGT2I_MAX_MESSAGE_BYTES (8 MiB) but
     under the transport limit: all are read and answered RESOURCE_EXHAUSTED (MESSAGE_TOO_LARGE), one at a time
-    (NEGT2I_MAX_RECEIVING=1), so the peak stays under the documented (3 x 1 + 1) x 15 MB + 81 MiB (before:
+    (NEGT2I_MAX_RECEIVING=1), so the peak stays under the documented (3 x 1 + 1) x 15 MB + 145 MiB (before:
     198-262 MiB, every message received at once), and 1.5 s later the memory is back with the system (before:
     143-234 MiB kept)."""
     calls, size = 16, 15 * MB
@@ -60,7 +60,7 @@ def test_unary_messages_are_received_a_few_at_a_time_and_their_memory_returns(tm
 def test_health_checks_of_any_size_are_read_one_at_a_time(tmp_path: Path) -> None:
     """Health checks need no token, so anyone may send 16 concurrent 24 MB ones: they are read one at a time
     (the others wait 2 s for the place, then RESOURCE_EXHAUSTED), so the peak stays under the documented 4 x
-    24 MB + 80 MiB (before: every one read at once, +1.3 GiB for 16 x 60 MB), and a real health check is
+    24 MB + 144 MiB (before: every one read at once, +1.3 GiB for 16 x 60 MB), and a real health check is
     answered afterwards."""
     from benchmarks.bench_memory import HEALTH
     from tests.services.live import wait_health
@@ -73,7 +73,7 @@ def test_health_checks_of_any_size_are_read_one_at_a_time(tmp_path: Path) -> Non
         assert set(codes) <= {"NOT_FOUND", "RESOURCE_EXHAUSTED"} and codes["NOT_FOUND"] >= 1, codes
         bound = documented(calls, size)["health"]
         assert peak <= bound, f"grew {peak:.0f} MiB at the peak, the documented bound is {bound:.0f} MiB"
-        assert after <= 32, f"{after:.0f} MiB still held 1.5 s after the calls"
+        assert after <= 64, f"{after:.0f} MiB still held 1.5 s after the calls"
         assert wait_health(server.target, "NOT_SERVING", timeout=10) == "NOT_SERVING"  # stages point nowhere
 
 
