@@ -46,9 +46,11 @@ Connections (issue 31: cancelled streams used to wedge the pool, encode/httpcore
 - a pool that still loses connections (a connection held by no request, found on two health polls in a row,
   or a call that timed out waiting for a connection while fewer calls than connections were running) is
   replaced by a new client, logged as a warning; the old one is closed once its calls have ended;
-- a stage whose last health poll failed is **down**: its calls fail at once with UNAVAILABLE, and calls
-  already waiting for it give up with UNAVAILABLE when it goes down, so items of a hung stage do not hold a
-  stream's window for the other categories (``docs/services.md``);
+- a stage whose last health poll failed is **down** (a poll that lost its connection other than by a timeout
+  is tried once more on a new connection first: it may have reached an instance that is stopping): its
+  calls fail at once with UNAVAILABLE, and calls already waiting for it give up with UNAVAILABLE when it
+  goes down, so items of a hung stage do not hold a stream's window for the other categories
+  (``docs/services.md``);
 - a stage that answers 429 (BentoML's request cap: busy) to a poll is busy, not down: it keeps its status.
 """
 
@@ -313,24 +315,35 @@ class RemoteStages:
             raise
 
     async def _poll(self, stage: str, timeout_s: float) -> bool:
+        """One poll. A connection that fails other than by a timeout (refused, reset, closed while reading) is
+        tried once more at once, on a new connection: during a blue/green swap or a rolling update a poll
+        can catch the instance that is stopping while another one already answers at the same address,
+        and one lost connection must not fail every item of the stage until the next poll."""
         self.check_pool(stage)
         was_up = stage not in self.down and stage in self.infos
         why = ""
-        try:
-            client = self.health_clients[stage]
-            r = await self._request(stage, client, "GET", f"{self.urls[stage]}/readyz", timeout=timeout_s)
-            if r.status_code == 429:
-                return was_up
-            if r.status_code != 200:
-                why = f"/readyz answered {r.status_code}"
-            else:
-                ok = await self.read_info(stage, timeout_s)
-                if ok is None:
+        for attempt in (1, 2):
+            try:
+                client = self.health_clients[stage]
+                r = await self._request(stage, client, "GET", f"{self.urls[stage]}/readyz", timeout=timeout_s)
+                if r.status_code == 429:
                     return was_up
-                if not ok:
-                    why = self.problems.get(stage, "/info did not answer 200")
-        except (httpx.HTTPError, ValueError, adapter.WireError) as exc:
-            why = f"no answer at {self.urls[stage]} ({type(exc).__name__})"
+                if r.status_code != 200:
+                    why = f"/readyz answered {r.status_code}"
+                else:
+                    ok = await self.read_info(stage, timeout_s)
+                    if ok is None:
+                        return was_up
+                    if not ok:
+                        why = self.problems.get(stage, "/info did not answer 200")
+            except httpx.TransportError as exc:
+                if attempt == 1 and not isinstance(exc, httpx.TimeoutException):
+                    log.info("%s: health poll lost its connection (%s); trying a new one", stage, type(exc).__name__)
+                    continue
+                why = f"no answer at {self.urls[stage]} ({type(exc).__name__})"
+            except (httpx.HTTPError, ValueError, adapter.WireError) as exc:
+                why = f"no answer at {self.urls[stage]} ({type(exc).__name__})"
+            break
         self._mark(stage, why)
         return not why
 

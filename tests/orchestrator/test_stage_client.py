@@ -453,3 +453,44 @@ def test_a_detect_result_that_does_not_decode_to_detections_breaks_the_contract(
         _detect_twice(handler)
     assert (err.value.stage, err.value.code, err.value.rule) == ("detector", "INTERNAL", ContractRule.DETECT_RESULT)
     assert "scores must be finite and in [0, 1]" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("failures", "up", "readyz_sent"),
+    [
+        ([httpx.ReadError("connection lost")], True, 2),  # the stopping instance; the new connection answers
+        ([httpx.ConnectError("refused")], True, 2),
+        ([httpx.ReadError("lost"), httpx.RemoteProtocolError("closed")], False, 2),  # twice: down
+        ([httpx.ReadTimeout("slow")], False, 1),  # a hung stage is not polled twice
+    ],
+)
+def test_a_poll_that_loses_its_connection_tries_one_new_one_before_the_stage_is_down(
+    failures: list[Exception], up: bool, readyz_sent: int
+) -> None:
+    """A blue/green swap or rolling update: the poll's connection reaches the instance that is stopping while
+    another one answers at the same address. One lost connection is tried again at once on a new one, so the
+    stage's items do not all fail UNAVAILABLE until the next poll; a timeout is not retried."""
+    from negt2i.core.config import CURRENT
+
+    info, _ = _info_json("m")
+    left = list(failures)
+    sent: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request.url.path)
+        if request.url.path == "/readyz" and left:
+            raise left.pop(0)
+        if request.url.path == "/info":
+            return httpx.Response(200, json=info)
+        return httpx.Response(200)
+
+    async def run() -> bool:
+        stages = _stages(handler, config=CURRENT)
+        try:
+            return await stages.ready("detector")
+        finally:
+            await stages.close()
+
+    stages_up = asyncio.run(run())
+    assert stages_up is up
+    assert sent.count("/readyz") == readyz_sent
