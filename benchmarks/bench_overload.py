@@ -11,8 +11,9 @@ with every image judged (the results must equal ``negt2i evaluate``'s).
 
 Part 2 (bounded memory, skipped with ``--large-streams 0``): ``--large-streams`` concurrent streams of
 ``--large-images`` images of ``--large-size`` px, against an orchestrator whose in-flight byte budget is
-the default for ``--memory-limit`` (half of it, as ``orchestrator.admission.default_budget`` derives it
-from the cgroup limit in Kubernetes). Prints the peak RSS against the limit.
+the default for ``--memory-limit`` (half of what it leaves after the reserve for messages being received,
+as ``orchestrator.admission.default_budget`` derives it from the cgroup limit in Kubernetes). Prints the
+peak RSS against the limit.
 """
 
 from __future__ import annotations
@@ -150,9 +151,11 @@ def _png(size: int, seed: int) -> bytes:
 def run_large(urls: Mapping[str, str], tmp: Path, streams: int, images: int, size: int, limit: int) -> dict[str, Any]:
     """``streams`` concurrent ``negt2i submit`` runs of a folder of ``images`` images of ``size`` px; the
     orchestrator's peak RSS (its in-flight budget the default for a memory limit of ``limit`` bytes)."""
+    from orchestrator import guard
     from orchestrator.admission import default_budget
+    from orchestrator.settings import Settings
 
-    budget = default_budget(limit=limit)
+    budget = default_budget(limit=limit, reserve=guard.reception_reserve(Settings()))
     env = {"NEGT2I_MAX_INFLIGHT_BYTES": str(budget)}
     folder = tmp / "large"
     samples = folder / "00000" / "samples"

@@ -42,13 +42,16 @@ import inspect
 import traceback
 import unicodedata
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import grpc
 
 from negt2i.core.failures import Code
 from negt2i.wire import errors
 from negt2i.wire.v1 import evaluator_pb2
+
+if TYPE_CHECKING:
+    from orchestrator.settings import Settings
 
 MAX_MESSAGE_CHARS: Final = 1024
 """Longest status message / item error message."""
@@ -229,18 +232,19 @@ _SLACK: Final = 16 << 20
 """The fixed term of each documented reception bound (docs/services.md, "Memory before a message is read")."""
 
 
-def reception_reserve(max_message_bytes: int, max_receiving: int, max_calls: int, call_buffer_bytes: int) -> int:
+def reception_reserve(settings: Settings) -> int:
     """What the orchestrator holds outside the admission budget, by the bounds docs/services.md documents:
 
         B + (6 T + 16 MiB) + ((3 R + 3) T + N b + 16 MiB)
 
     with B = ``PROCESS_BASELINE``, T = ``TRANSPORT_FACTOR`` x ``max_message_bytes`` (the transport limit),
-    R = ``max_receiving``, N = ``max_calls`` and b = ``call_buffer_bytes``: the process, health checks read one
-    at a time, and unary messages being received. The default admission budget is what is left of the memory
-    limit after it (``orchestrator.admission.default_budget``), so the documented rows add up to the limit."""
-    transport = TRANSPORT_FACTOR * max_message_bytes
+    R = ``max_receiving``, N = ``max_calls`` and b = ``call_buffer_bytes`` of ``settings``: the process,
+    health checks read one at a time, and unary messages being received. The default admission budget is
+    what is left of the memory limit after it (``orchestrator.admission.default_budget``), so the documented
+    rows add up to the limit."""
+    transport = TRANSPORT_FACTOR * settings.max_message_bytes
     health = 6 * transport + _SLACK
-    unary = (3 * max_receiving + 3) * transport + max_calls * call_buffer_bytes + _SLACK
+    unary = (3 * settings.max_receiving + 3) * transport + settings.max_calls * settings.call_buffer_bytes + _SLACK
     return PROCESS_BASELINE + health + unary
 
 

@@ -428,11 +428,9 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], failure: Failure) 
 
 
 def _admission(settings: Settings) -> Admission:
-    reserve = guard.reception_reserve(
-        settings.max_message_bytes, settings.max_receiving, settings.max_calls, settings.call_buffer_bytes
-    )
-    budget = settings.max_inflight_bytes or default_budget(reserve=reserve)
+    reserve = guard.reception_reserve(settings)
     limit = cgroup_memory_limit()
+    budget = settings.max_inflight_bytes or default_budget(limit, reserve=reserve)
     if limit is not None and reserve + 2 * budget > limit:
         log.warning(
             "memory limit %d MiB < %d MiB (messages being received and the process, %d MiB, + 2 x the in-flight "

@@ -56,9 +56,7 @@ def test_every_overlay_has_an_orchestrator() -> None:
 @pytest.mark.parametrize(("overlay", "limit", "env"), ORCHESTRATORS, ids=[o for o, _, _ in ORCHESTRATORS])
 def test_documented_bounds_fit_the_memory_limit(overlay: str, limit: int, env: dict[str, Any]) -> None:
     settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("NEGT2I_")})
-    reserve = guard.reception_reserve(
-        settings.max_message_bytes, settings.max_receiving, settings.max_calls, settings.call_buffer_bytes
-    )
+    reserve = guard.reception_reserve(settings)
     budget = settings.max_inflight_bytes or default_budget(limit=limit, reserve=reserve)
     assert reserve + 2 * budget <= limit, (
         f"{overlay}: {reserve >> 20} MiB reserved + 2 x {budget >> 20} MiB budget > the {limit >> 20} MiB limit"
@@ -68,7 +66,14 @@ def test_documented_bounds_fit_the_memory_limit(overlay: str, limit: int, env: d
 
 
 def test_default_budget_leaves_the_reserve_out() -> None:
-    reserve = guard.reception_reserve(32 * MIB, 2, 256, 64 << 10)
+    defaults = Settings()
+    assert (defaults.max_message_bytes, defaults.max_receiving, defaults.max_calls, defaults.call_buffer_bytes) == (
+        32 * MIB,
+        2,
+        256,
+        64 << 10,
+    )
+    reserve = guard.reception_reserve(defaults)
     assert reserve == (256 + 6 * 64 + 16 + 9 * 64 + 16 + 16) * MIB  # B + health + unary, T = 64 MiB
     assert default_budget(limit=3 << 30, reserve=reserve) == (3072 * MIB - reserve) // 2
     assert default_budget(limit=reserve, reserve=reserve) == 64 * MIB  # never below MIN_BUDGET
