@@ -12,7 +12,6 @@ import statistics
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from negt2i.wire import adapter
 from negt2i.wire.stage_table import STAGE_TABLE
 from negt2i.wire.v1 import common_pb2, evaluator_pb2
 from tests.reliability.test_catalogue import images
+from tests.services.fault_proxy import serve_evaluator
 from tests.services.live import Proc, free_port, start_orchestrator, wait_health
 
 pytestmark = pytest.mark.xdist_group("reliability")
@@ -375,30 +375,13 @@ class _Stalled:
     """A gRPC server that reports SERVING and answers GetServiceInfo, but never answers a stream item."""
 
     def __init__(self) -> None:
-        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
         config = load_config("current")
         stages = [common_pb2.StageService(stage=s, model=common_pb2.ModelInfo(stage=s, model=f"{s}-model"))
                   for s in STAGE_TABLE]  # fmt: skip
         self.info = evaluator_pb2.ServiceInfo(rules_json=json.dumps(config.record()), rules_digest=config.digest(),
                                               rules_name=config.name, stages=stages)  # fmt: skip
         self.release = threading.Event()
-        self.server = grpc.server(futures.ThreadPoolExecutor(4))
-        handlers = {
-            "GetServiceInfo": grpc.unary_unary_rpc_method_handler(
-                lambda req, ctx: self.info, request_deserializer=evaluator_pb2.GetServiceInfoRequest.FromString,
-                response_serializer=evaluator_pb2.ServiceInfo.SerializeToString),
-            "EvaluateStream": grpc.stream_stream_rpc_method_handler(
-                self._stream, request_deserializer=evaluator_pb2.EvaluateRequest.FromString,
-                response_serializer=evaluator_pb2.EvaluateStreamResponse.SerializeToString),
-        }  # fmt: skip
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("negt2i.v1.Evaluator", handlers),))
-        servicer = health.HealthServicer()
-        servicer.set("negt2i.v1.Evaluator", health_pb2.HealthCheckResponse.SERVING)
-        health_pb2_grpc.add_HealthServicer_to_server(servicer, self.server)
-        self.port = free_port()
-        self.server.add_insecure_port(f"127.0.0.1:{self.port}")
-        self.server.start()
+        self.server, self.port = serve_evaluator(lambda req, ctx: self.info, self._stream, workers=4)
 
     def _stream(self, requests: Any, context: Any) -> Iterator[Any]:
         for _ in requests:

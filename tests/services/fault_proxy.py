@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import queue
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from typing import Any
 
@@ -31,35 +31,50 @@ _INJECTED = {
 }
 
 
+def serve_evaluator(
+    service_info: Callable[[Any, Any], evaluator_pb2.ServiceInfo],
+    stream: Callable[[Iterator[evaluator_pb2.EvaluateRequest], Any], Iterator[Any]],
+    *,
+    workers: int,
+    options: Sequence[tuple[str, Any]] = (),
+) -> tuple[grpc.Server, int]:
+    """A started ``grpc.server`` on 127.0.0.1 (a free port, returned with it) that answers the Evaluator's
+    ``GetServiceInfo`` and ``EvaluateStream`` with these handlers and reports ``negt2i.v1.Evaluator`` SERVING
+    on ``grpc.health.v1``: the stand-in orchestrators of the tests."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(workers), options=list(options))
+    handlers = {
+        "GetServiceInfo": grpc.unary_unary_rpc_method_handler(
+            service_info, request_deserializer=evaluator_pb2.GetServiceInfoRequest.FromString,
+            response_serializer=evaluator_pb2.ServiceInfo.SerializeToString),
+        "EvaluateStream": grpc.stream_stream_rpc_method_handler(
+            stream, request_deserializer=evaluator_pb2.EvaluateRequest.FromString,
+            response_serializer=evaluator_pb2.EvaluateStreamResponse.SerializeToString),
+    }  # fmt: skip
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("negt2i.v1.Evaluator", handlers),))
+    servicer = health.HealthServicer()
+    servicer.set("negt2i.v1.Evaluator", health_pb2.HealthCheckResponse.SERVING)
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = free_port()
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    return server, port
+
+
 class FaultProxy:
     """See the module docstring; ``target`` is the proxy's address. Use as a context manager."""
 
     def __init__(self, upstream: str, faults: Mapping[str, Sequence[str]]) -> None:
-        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
         self.faults = {k: list(v) for k, v in faults.items()}
         self.sends: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
         self._channel = grpc.insecure_channel(upstream, options=[("grpc.max_receive_message_length", 64 << 20)])
         self._stub = evaluator_pb2_grpc.EvaluatorStub(self._channel)
-        self.server = grpc.server(futures.ThreadPoolExecutor(8),
-                                  options=[("grpc.max_receive_message_length", 64 << 20)])  # fmt: skip
-        handlers = {
-            "GetServiceInfo": grpc.unary_unary_rpc_method_handler(
-                lambda req, ctx: self._stub.GetServiceInfo(req, timeout=30),
-                request_deserializer=evaluator_pb2.GetServiceInfoRequest.FromString,
-                response_serializer=evaluator_pb2.ServiceInfo.SerializeToString),
-            "EvaluateStream": grpc.stream_stream_rpc_method_handler(
-                self._stream, request_deserializer=evaluator_pb2.EvaluateRequest.FromString,
-                response_serializer=evaluator_pb2.EvaluateStreamResponse.SerializeToString),
-        }  # fmt: skip
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("negt2i.v1.Evaluator", handlers),))
-        servicer = health.HealthServicer()
-        servicer.set("negt2i.v1.Evaluator", health_pb2.HealthCheckResponse.SERVING)
-        health_pb2_grpc.add_HealthServicer_to_server(servicer, self.server)
-        self.port = free_port()
-        self.server.add_insecure_port(f"127.0.0.1:{self.port}")
-        self.server.start()
+        self.server, self.port = serve_evaluator(
+            lambda req, ctx: self._stub.GetServiceInfo(req, timeout=30), self._stream, workers=8,
+            options=[("grpc.max_receive_message_length", 64 << 20)],
+        )  # fmt: skip
 
     @property
     def target(self) -> str:
