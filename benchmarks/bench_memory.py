@@ -1,4 +1,4 @@
-"""Orchestrator memory under concurrent large unary calls, before and after (issue 31, item 6).
+"""Orchestrator memory under concurrent large calls and streams, before and after (issue 31, item 6).
 
     .venv/bin/python benchmarks/bench_memory.py [--calls 16] [--mb 60] [--before REV] [--image PNG]
 
@@ -10,9 +10,12 @@ the server's resident memory (``VmRSS``; the peak from ``VmHWM``, reset after st
 - ``health``: the same calls to ``grpc.health.v1.Health/Check`` (which needs no token), one connection each;
 - ``authenticated``: the same calls with the token, one connection each (the messages, over
   ``max_message_bytes`` but under the transport limit, are received and answered MESSAGE_TOO_LARGE);
+- ``streams``: ``--calls`` concurrent ``EvaluateStream`` calls with the token, one connection each, each
+  sending one such message (received ``NEGT2I_MAX_STREAM_RECEIVING`` at a time, answered MESSAGE_TOO_LARGE);
 - ``throughput``: a 4096 x 4096 PNG (``--image``, else one of about 20 MiB is drawn) sent 16 times, 4 calls at
   once, with the token: MiB/s through a real socket, up to admission (the prompt id is unknown, so no stage
-  is called).
+  is called); ``stream throughput``: the same PNG sent 32 times over 8 streams at once (4 each, one
+  connection), twice the default stream places.
 
 Each case runs against this tree (``after``) and, with ``--before REV`` (default: the commit before the
 change; ``--before ''`` skips it), against ``git archive REV`` of ``negt2i/`` and ``orchestrator/`` in a
@@ -39,6 +42,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -47,6 +51,7 @@ BEFORE = "0b80ddd"
 """main before the change (issue 31, item 6)."""
 MIB = 1 << 20
 METHOD = "/negt2i.v1.Evaluator/Evaluate"
+STREAM = "/negt2i.v1.Evaluator/EvaluateStream"
 HEALTH = "/grpc.health.v1.Health/Check"
 TOKEN = "bench-token"
 
@@ -169,6 +174,61 @@ def burst(target: str, message: bytes, calls: int, *, token: str = "", connectio
     return codes
 
 
+def stream_burst(target: str, message: bytes, streams: int, *, token: str = "", connections: int = 1,
+                 timeout: float = 120.0, messages: int = 1) -> collections.Counter[str]:  # fmt: skip
+    """``streams`` concurrent ``EvaluateStream`` calls, each sending the encoded ``message`` ``messages`` times and
+    half-closing, spread over ``connections`` connections; the count of each item answer's code (``OK`` for a
+    verdict) and of each stream's final status other than OK (``stream:CODE``)."""
+    import grpc
+
+    from negt2i.wire.v1 import evaluator_pb2
+
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
+               ("grpc.use_local_subchannel_pool", 1)]  # fmt: skip
+    channels = [grpc.insecure_channel(target, options=options) for _ in range(max(1, connections))]
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
+    codes: collections.Counter[str] = collections.Counter()
+    lock = threading.Lock()
+
+    def worker(i: int) -> None:
+        call = channels[i % len(channels)].stream_stream(STREAM)
+        found: list[str] = []
+        try:
+            sent = (_with_id(message, f"{i}-{k}") for k in range(messages))
+            for raw in call(sent, timeout=timeout, metadata=metadata):
+                resp = evaluator_pb2.EvaluateStreamResponse.FromString(raw)
+                found.append(_code_name(resp))
+        except grpc.RpcError as exc:
+            found.append(f"stream:{exc.code().name}")
+        with lock:
+            codes.update(found)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(streams)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for ch in channels:
+            ch.close()
+    return codes
+
+
+def _with_id(message: bytes, request_id: str) -> bytes:
+    """``message`` (an encoded ``EvaluateRequest``) with its ``request_id`` replaced (a later field wins)."""
+    from negt2i.wire.v1 import evaluator_pb2
+
+    return message + evaluator_pb2.EvaluateRequest(request_id=request_id).SerializeToString()
+
+
+def _code_name(resp: Any) -> str:
+    """The code of a stream answer: OK for a verdict, else its ``ItemError``'s code name."""
+    from negt2i.core.failures import Code
+
+    return Code.of(resp.error.code).name if resp.HasField("error") else "OK"
+
+
 def png_4096() -> bytes:
     """A 4096 x 4096 RGB PNG of about 20 MiB (noise in its top 1,700 rows, flat below)."""
     import numpy as np
@@ -183,18 +243,22 @@ def png_4096() -> bytes:
 
 
 def documented(calls: int, size: int, *, max_message_bytes: int = 32 * MIB, max_receiving: int = 2,
-               window: int = 64 * 1024) -> dict[str, float]:  # fmt: skip
+               max_stream_receiving: int = 4, window: int = 64 * 1024) -> dict[str, float]:  # fmt: skip
     """The bounds of docs/services.md ("Memory") on the growth ``calls`` concurrent calls of ``size`` bytes can
     cause, MiB (defaults: the default settings): ``unauthenticated`` (Evaluator calls without the token: one
     stream window each, plus 4 MiB), ``health`` (health checks, which need no token: one message at a time, 4 x
     its size, the 128 MiB of free heap kept before a trim and 16 MiB), ``authenticated`` (unary calls with the
     token: ``3 x max_receiving + 1`` messages of up to the transport limit, the 64 MiB of free heap kept before
-    a trim, a window per waiting call and 16 MiB)."""
+    a trim, a window per waiting call and 16 MiB), ``streams`` (``calls`` streams sending one message each:
+    ``max_stream_receiving`` messages in gRPC's buffers, one flat copy and one Python bytes being parsed, the
+    free heap, a window per waiting stream and 16 MiB)."""
     message = min(size, 2 * max_message_bytes)
+    streams = (min(calls, max_stream_receiving) + 2) * message
     return {
         "unauthenticated": (4 * MIB + calls * window) / MIB,
         "health": (4 * message + 128 * MIB + 16 * MIB) / MIB,
         "authenticated": ((3 * min(calls, max_receiving) + 1) * message + 128 * MIB + calls * window + 16 * MIB) / MIB,
+        "streams": (streams + 128 * MIB + calls * window + 16 * MIB) / MIB,
     }
 
 
@@ -233,15 +297,20 @@ def main(argv: list[str] | None = None) -> int:
         rows: dict[str, dict[str, tuple[float, float, str]]] = {name: {} for name in trees}
         for name, tree in trees.items():
             cases = (("unauthenticated", "", 1, METHOD), ("health", "", a.calls, HEALTH),
-                     ("authenticated", TOKEN, a.calls, METHOD))  # fmt: skip
+                     ("authenticated", TOKEN, a.calls, METHOD), ("streams", TOKEN, a.calls, STREAM))  # fmt: skip
             for case, token, connections, method in cases:
                 with start(env, tmp, tree) as server:
                     time.sleep(1.0)
-                    peak, after, codes = measure(server.pid, functools.partial(
-                        burst, server.target, message, a.calls, token=token, connections=connections,
-                        method=method))  # fmt: skip
+                    if method == STREAM:
+                        load = functools.partial(stream_burst, server.target, message, a.calls, token=token,
+                                                 connections=connections)  # fmt: skip
+                    else:
+                        load = functools.partial(burst, server.target, message, a.calls, token=token,
+                                                 connections=connections, method=method)  # fmt: skip
+                    peak, after, codes = measure(server.pid, load)
                     rows[name][case] = (peak, after, str(dict(codes)))  # type: ignore[call-overload]
         rates: dict[str, list[float]] = {name: [] for name in trees}
+        stream_rates: dict[str, list[float]] = {name: [] for name in trees}
         answers: dict[str, collections.Counter[str]] = {name: collections.Counter() for name in trees}
         for _ in range(a.reps):  # interleaved: a loaded machine slows both trees alike
             for name, tree in trees.items():
@@ -250,26 +319,33 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     answers[name] += burst(server.target, legit, 16, token=TOKEN, at_once=4)
                     rates[name].append(16 * len(image) / MIB / (time.perf_counter() - t0))
+                    t0 = time.perf_counter()
+                    answers[name] += stream_burst(server.target, legit, 8, token=TOKEN, messages=4)
+                    stream_rates[name].append(32 * len(image) / MIB / (time.perf_counter() - t0))
     bound = documented(a.calls, size)
     print(f"{a.calls} concurrent calls of {a.mb:g} MB; orchestrator resident memory growth, MiB")
     print(f"{'case':<16} {'tree':<7} {'peak':>8} {'after':>8} {'documented':>11}  answers")
-    for case in ("unauthenticated", "health", "authenticated"):
+    for case in ("unauthenticated", "health", "authenticated", "streams"):
         for name in rows:
             peak, after, codes = rows[name][case]
             doc = f"{bound[case]:.0f}" if name == "after" else ""
             print(f"{case:<16} {name:<7} {peak:>8.0f} {after:>8.0f} {doc:>11}  {codes}")
     print(f"throughput: {len(image) / MIB:.1f} MiB PNG x 16, 4 at once; MiB/s, median of {a.reps} runs (all runs)")
-    for name in trees:
-        runs = ", ".join(f"{r:.0f}" for r in rates[name])
-        print(f"{'throughput':<16} {name:<7} {statistics.median(rates[name]):>8.0f}   ({runs})  {dict(answers[name])}")
+    for label, table in (("throughput", rates), ("stream throughput", stream_rates)):
+        for name in trees:
+            runs = ", ".join(f"{r:.0f}" for r in table[name])
+            print(f"{label:<18} {name:<7} {statistics.median(table[name]):>8.0f}   ({runs})")
+    print("answers:", {name: dict(answers[name]) for name in trees})
     if "before" in rows:
         r = {
             c: rows["after"][c][0] / max(rows["before"][c][0], 1e-9)
-            for c in ("unauthenticated", "health", "authenticated")
+            for c in ("unauthenticated", "health", "authenticated", "streams")
         }
         t = statistics.median(rates["after"]) / statistics.median(rates["before"])
+        ts = statistics.median(stream_rates["after"]) / statistics.median(stream_rates["before"])
         print(f"ratios after/before: peak unauthenticated {r['unauthenticated']:.2f}, health {r['health']:.2f}, "
-              f"authenticated {r['authenticated']:.2f}, throughput {t:.2f}")  # fmt: skip
+              f"authenticated {r['authenticated']:.2f}, streams {r['streams']:.2f}, throughput {t:.2f}, "
+              f"stream throughput {ts:.2f}")  # fmt: skip
     return 0
 
 

@@ -41,7 +41,9 @@ import ctypes
 import inspect
 import traceback
 import unicodedata
+from collections import deque
 from collections.abc import Callable
+from contextlib import suppress
 from typing import TYPE_CHECKING, Any, Final
 
 import grpc
@@ -235,17 +237,19 @@ _SLACK: Final = 16 << 20
 def reception_reserve(settings: Settings) -> int:
     """What the orchestrator holds outside the admission budget, by the bounds docs/services.md documents:
 
-        B + (6 T + 16 MiB) + ((3 R + 3) T + N b + 16 MiB)
+        B + (6 T + 16 MiB) + ((3 R + 3) T + N b + 16 MiB) + (S + 1) T
 
     with B = ``PROCESS_BASELINE``, T = ``TRANSPORT_FACTOR`` x ``max_message_bytes`` (the transport limit),
-    R = ``max_receiving``, N = ``max_calls`` and b = ``call_buffer_bytes`` of ``settings``: the process,
-    health checks read one at a time, and unary messages being received. The default admission budget is
-    what is left of the memory limit after it (``orchestrator.admission.default_budget``), so the documented
-    rows add up to the limit."""
+    R = ``max_receiving``, S = ``max_stream_receiving``, N = ``max_calls`` and b = ``call_buffer_bytes`` of
+    ``settings``: the process, health checks read one at a time, unary messages being received, and stream
+    messages being received (one in gRPC's buffers per place, and one flat copy). The default admission budget
+    is what is left of the memory limit after it (``orchestrator.admission.default_budget``), so the
+    documented rows add up to the limit."""
     transport = TRANSPORT_FACTOR * settings.max_message_bytes
     health = 6 * transport + _SLACK
     unary = (3 * settings.max_receiving + 3) * transport + settings.max_calls * settings.call_buffer_bytes + _SLACK
-    return PROCESS_BASELINE + health + unary
+    streams = (settings.max_stream_receiving + 1) * transport
+    return PROCESS_BASELINE + health + unary + streams
 
 
 def transport_options(max_message_bytes: int, call_buffer_bytes: int) -> list[tuple[str, int]]:
@@ -328,6 +332,185 @@ class Places:
         self._free.release()
 
 
+class StreamPlaces:
+    """At most ``count`` stream messages being received at once (``StreamGate`` takes a place for each read).
+
+    A stream asks for its next message as soon as its window and admission allow, and its client may then stay
+    silent for minutes (``negt2i generate --score`` between images): such an idle stream holds a place. So a
+    stream waiting for a place ends the longest-idle holder, one whose message has not arrived
+    ``idle_s`` after it was asked for (or after the holder's last answer, when later) while it has no item
+    unanswered (``StreamGate.evict``: the holder ends RESOURCE_EXHAUSTED SERVER_OVERLOADED, having nothing in
+    flight, and its client reopens it when it has an image to send). A stream that gets no place within
+    ``max_wait_s`` (cut to its deadline) stops reading (``take`` returns False). Places are given first come,
+    first served."""
+
+    def __init__(self, count: int, idle_s: float, max_wait_s: float, check_s: float = 0.25) -> None:
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        self.count = count
+        self.idle_s = idle_s
+        self.max_wait_s = max_wait_s
+        self.check_s = check_s
+        self.holders: dict[StreamGate, float] = {}
+        """The streams holding a place, with the loop time they took it."""
+        self.peak = 0
+        self.refused = 0
+        self.evicted = 0
+        self._queue: deque[tuple[asyncio.Future[None], StreamGate]] = deque()
+
+    def waiting(self) -> int:
+        """Streams waiting for a place."""
+        return sum(1 for future, _ in self._queue if not future.done())
+
+    async def take(self, gate: StreamGate, wait_s: float) -> bool:
+        """Take a place for ``gate``'s next read: True once taken, False when none was free within ``wait_s``."""
+        loop = asyncio.get_running_loop()
+        if len(self.holders) < self.count and not self.waiting():
+            self._grant(gate, loop.time())
+            return True
+        future: asyncio.Future[None] = loop.create_future()
+        entry = (future, gate)
+        self._queue.append(entry)
+        end = loop.time() + wait_s
+        try:
+            while not future.done() and (now := loop.time()) < end:
+                self._evict_idle(now)
+                await asyncio.wait((future,), timeout=min(end - now, self.check_s))
+        except BaseException:
+            if future.done() and not future.cancelled():  # given a place while being cancelled: pass it on
+                self.give(gate)
+            future.cancel()
+            raise
+        finally:
+            with suppress(ValueError):
+                self._queue.remove(entry)
+        if future.done() and not future.cancelled():
+            return True
+        future.cancel()
+        self.refused += 1
+        return False
+
+    def give(self, gate: StreamGate) -> None:
+        """Free ``gate``'s place (if it holds one) for the first stream waiting."""
+        if self.holders.pop(gate, None) is None:
+            return
+        while self._queue:
+            future, waiter = self._queue.popleft()
+            if not future.done():
+                self._grant(waiter, asyncio.get_running_loop().time())
+                future.set_result(None)
+                return
+
+    def _grant(self, gate: StreamGate, now: float) -> None:
+        self.holders[gate] = now
+        self.peak = max(self.peak, len(self.holders))
+
+    def _evict_idle(self, now: float) -> None:
+        """End idle holders, the longest idle first, until as many are ending as streams wait."""
+        ending = sum(1 for gate in self.holders if gate.evicting)
+        idle = [
+            (since, id(gate), gate)
+            for gate, taken in self.holders.items()
+            if not gate.evicting and (since := gate.idle_since(taken)) is not None and now - since >= self.idle_s
+        ]
+        for _, _, gate in sorted(idle, key=lambda row: row[:2]):
+            if ending >= self.waiting():
+                return
+            gate.evict()
+            ending += 1
+            self.evicted += 1
+
+
+class StreamGate:
+    """A stream's request iterator that reads each message in one of ``places`` (``StreamPlaces``). It ends
+    early (StopAsyncIteration, as if the client had half-closed, so every item already read is still judged and
+    answered) when no place is free in time or when it is evicted as idle; ``refusal`` then says why, and the
+    call ends RESOURCE_EXHAUSTED SERVER_OVERLOADED after the last answer (``CallLimit``). ``answered`` must be
+    called for each answer written (a message read gets exactly one)."""
+
+    def __init__(self, requests: Any, places: StreamPlaces, context: Any) -> None:
+        self._inner = requests.__aiter__()
+        self._places = places
+        self._context = context
+        self.read = 0
+        self.answers = 0
+        self.last_answer = 0.0
+        self.refusal = ""
+        self.evicting = False
+        self._evict: asyncio.Future[None] | None = None
+
+    def __aiter__(self) -> StreamGate:
+        return self
+
+    def answered(self) -> None:
+        """An answer to one of the messages read was written."""
+        self.answers += 1
+        self.last_answer = asyncio.get_running_loop().time()
+
+    def idle_since(self, taken: float) -> float | None:
+        """Since when the stream has waited for its client with nothing unanswered (None: items unanswered)."""
+        return None if self.read > self.answers else max(taken, self.last_answer)
+
+    def evict(self) -> None:
+        """End the stream at its pending read (``StreamPlaces``)."""
+        self.evicting = True
+        if self._evict is not None and not self._evict.done():
+            self._evict.set_result(None)
+
+    async def __anext__(self) -> Any:
+        places = self._places
+        if self.refusal:
+            raise StopAsyncIteration
+        left = self._context.time_remaining()
+        wait = max(0.0, places.max_wait_s if left is None else min(places.max_wait_s, left))
+        if not await places.take(self, wait):
+            self.refusal = (f"the server is at capacity ({places.count} stream messages being received, "
+                            f"{places.waiting() + 1} streams waiting; none could start within {wait:.1f} s): "
+                            "every message read was answered; send the others again with backoff")  # fmt: skip
+            raise StopAsyncIteration
+        self._evict = asyncio.get_running_loop().create_future()
+        read = asyncio.ensure_future(_next_message(self._inner))
+        try:
+            await asyncio.wait((read, self._evict), return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the call was cancelled
+            self._abandon(read)
+            raise
+        if not read.done():  # evicted while idle
+            self._abandon(read)
+            self.refusal = (f"the stream was idle (no message {places.idle_s:g} s after the server asked for one, "
+                            "no item in flight) while other streams waited to send: reopen it when there is an "
+                            "image to send")  # fmt: skip
+            raise StopAsyncIteration
+        self.evicting = False  # a message arrived as it was being evicted: it is no longer idle
+        places.give(self)
+        found, message = read.result()
+        if not found:
+            raise StopAsyncIteration
+        self.read += 1
+        return message
+
+    def _abandon(self, read: asyncio.Future[Any]) -> None:
+        """Cancel a pending read; the place is given back once it has ended (a message may still be arriving
+        until then)."""
+
+        def ended(done: asyncio.Future[Any]) -> None:
+            self._places.give(self)
+            if not done.cancelled():
+                done.exception()  # retrieved: the call is ending anyway
+
+        read.cancel()
+        read.add_done_callback(ended)
+
+
+async def _next_message(iterator: Any) -> tuple[bool, Any]:
+    """(True, the next message) or (False, None) at the end of the stream (a task cannot raise
+    StopAsyncIteration through its result)."""
+    try:
+        return True, await iterator.__anext__()
+    except StopAsyncIteration:
+        return False, None
+
+
 class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """At most ``max_calls`` open calls of the Evaluator (health checks and reflection are not counted), and at
     most ``max_receiving`` of their unary messages being received (``Places``). A call is counted from the start
@@ -344,13 +527,15 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     to wait for it), never behind the Evaluator's uploads."""
 
     def __init__(self, max_calls: int, max_receiving: int | None = None, receive_timeout_s: float = 30.0,
-                 max_wait_s: float = 60.0, max_free_heap: int = 128 << 20) -> None:  # fmt: skip
-        if max_calls < 1 or (max_receiving is not None and max_receiving < 1):
-            raise ValueError("max_calls and max_receiving must be at least 1")
+                 max_wait_s: float = 60.0, max_free_heap: int = 128 << 20, *,
+                 max_stream_receiving: int | None = None) -> None:  # fmt: skip
+        if max_calls < 1 or any(n is not None and n < 1 for n in (max_receiving, max_stream_receiving)):
+            raise ValueError("max_calls, max_receiving and max_stream_receiving must be at least 1")
         self.max_calls = max_calls
         self.open = 0
         self.refused = 0
         self.places = Places(max_receiving or max_calls, receive_timeout_s, max_wait_s, "messages")
+        self.stream_places = StreamPlaces(max_stream_receiving or max_calls, receive_timeout_s, max_wait_s)
         self.probes = Places(1, PROBE_RECEIVE_S, PROBE_RECEIVE_S, "health checks")
         self.heap = HeapTrim(max_free=max_free_heap)
 
@@ -445,9 +630,13 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def streaming(requests: Any, context: Any) -> Any:
             await self._admit(context)
             try:
-                async for response in inner_stream(requests, context):
+                gate = StreamGate(requests, self.stream_places, context)
+                async for response in inner_stream(gate, context):
                     yield response
+                    gate.answered()
                     self.heap.poke()  # an answered item's message is dropped
+                if gate.refusal:  # it stopped reading: every message read has been answered
+                    await context.abort_with_status(_overloaded_status(gate.refusal))
             except BaseException as exc:
                 _forget(exc)
                 raise

@@ -530,7 +530,8 @@ async def serve(settings: Settings, *, ready: asyncio.Event | None = None) -> No
     interceptors: list[grpc.aio.ServerInterceptor] = [TokenAuth(settings.auth_token)] if settings.auth_token else []
     free_heap = 2 * guard.TRANSPORT_FACTOR * settings.max_message_bytes  # trimmed above: two messages' worth
     interceptors.append(guard.CallLimit(settings.max_calls, settings.max_receiving, settings.receive_timeout_s,
-                                        settings.max_wait_s, free_heap))  # fmt: skip
+                                        settings.max_wait_s, free_heap,
+                                        max_stream_receiving=settings.max_stream_receiving))  # fmt: skip
     server = grpc.aio.server(options=options, interceptors=interceptors)
     evaluator = Evaluator(settings, stages, config, corpus)
     guard.add_evaluator(evaluator, server, settings.max_message_bytes)

@@ -216,10 +216,19 @@ class Settings:
         "calls wait unread, each holding at most call_buffer_bytes",
         at_least=1,
     )
+    max_stream_receiving: int = setting(
+        4,
+        "NEGT2I_MAX_STREAM_RECEIVING",
+        "stream request messages received at once (a stream takes a place for each read, and waits for one; "
+        "each message up to the transport limit)",
+        at_least=1,
+    )
     receive_timeout_s: float = setting(
         30.0,
         "NEGT2I_RECEIVE_TIMEOUT_S",
-        "longest time a unary call's message may take to arrive once its reception started (DEADLINE_EXCEEDED)",
+        "longest time a unary call's message may take to arrive once its reception started (DEADLINE_EXCEEDED); "
+        "a stream silent this long with nothing in flight gives its place up to a waiting stream (it ends "
+        "RESOURCE_EXHAUSTED)",
         above=0,
     )
     call_buffer_bytes: int = setting(

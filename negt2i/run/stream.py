@@ -39,6 +39,13 @@ without an answer in between. A final answer that is still *transient* (``transi
 ``TRANSIENT``, e.g. ``DEADLINE_EXCEEDED`` or a retryable code after the last attempt) is yielded with
 ``left`` set: the drivers write no line for it, so a rerun judges it.
 
+**Idle streams.** A stream with nothing to send and nothing unanswered for ``idle_close`` seconds
+(default ``IDLE_CLOSE_S``) is half-closed, and the next job opens a new one: a client that pauses (a
+generator between images) holds no reception place on the server, which ends a stream that idles while
+others wait to send (``RESOURCE_EXHAUSTED``, docs/services.md, "Memory before a message is read"). A stream
+that ends with nothing unanswered and nothing waiting to be sent, cleanly or with a retryable status, is
+not a failure: it is reopened when the next job is ready.
+
 **The stall watchdog.** When no answer arrives for ``item_timeout`` seconds while items are sent and
 unanswered, the run stops (``StreamStats.stream_error`` says the orchestrator stopped answering).
 
@@ -74,6 +81,8 @@ DEFAULT_ITEM_TIMEOUT_S: Final = 600.0
 """An item unanswered this long (from its first send) is not retried; no answer for this long stops the run."""
 HOLD: Final = 4
 """Answered jobs held for the order (waiting for an earlier one): at most ``HOLD x window``."""
+IDLE_CLOSE_S: Final = 5.0
+"""A stream with nothing to send and nothing unanswered this long is half-closed (reopened for the next job)."""
 
 
 def retryable(err: evaluator_pb2.ItemError) -> bool:
@@ -141,6 +150,8 @@ class StreamStats:
     """Why the run stopped early, if it did."""
     streams: int = 0
     """Streams opened."""
+    idle_ends: int = 0
+    """Streams that ended with nothing unanswered and nothing to send (closed idle, or ended by the server)."""
     max_in_flight: int = 0
     """The most jobs in flight at once."""
     codes: list[str] = field(default_factory=list)
@@ -174,15 +185,19 @@ class StreamSubmitter(Generic[T]):
         policy: RetryPolicy | None = None,
         timeout: float | None = None,
         warn: Callable[[str], None] = _warn,
+        idle_close: float = IDLE_CLOSE_S,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
+        if idle_close <= 0:
+            raise ValueError(f"idle_close must be > 0, got {idle_close}")
         self.client = client
         self.prepare = prepare
         self.window = window
         self.policy = policy or RetryPolicy()
         self.timeout = timeout
         self.warn = warn
+        self.idle_close = idle_close
         self.stats = StreamStats()
         self._cond = threading.Condition()
         self._events: queue.Queue[tuple[str, int, Any]] = queue.Queue()
@@ -283,7 +298,9 @@ class StreamSubmitter(Generic[T]):
         self._events.put((_WAKE, -1, None))
 
     def _request_iterator(self, generation: int) -> Iterator[evaluator_pb2.EvaluateRequest]:
-        """One stream's requests: new jobs and due retries; it ends (half-close) when every job is answered."""
+        """One stream's requests: new jobs and due retries; it ends (half-close) when every job is answered, or
+        after ``idle_close`` seconds with nothing to send and nothing unanswered."""
+        idle_from: float | None = None
         while True:
             with self._cond:
                 while True:
@@ -303,8 +320,17 @@ class StreamSubmitter(Generic[T]):
                         break
                     if self._source_done and not (self._retry or self._outstanding):
                         return
+                    if self._retry or self._outstanding:
+                        idle_from = None
+                    elif idle_from is None:
+                        idle_from = now
+                    elif now - idle_from >= self.idle_close:
+                        return
                     wait = self._retry[0][0] - now if self._retry else 1.0
+                    if idle_from is not None:
+                        wait = min(wait, idle_from + self.idle_close - now)
                     self._cond.wait(min(max(wait, 0.01), 1.0))
+            idle_from = None
             yield request
 
     def _read(self, call: Any, generation: int) -> None:
@@ -374,6 +400,11 @@ class StreamSubmitter(Generic[T]):
                 self._cond.notify_all()
         return out
 
+    def _has_work(self) -> bool:
+        """Jobs ready to send or waiting for a retry."""
+        with self._cond:
+            return bool(self._ready or self._retry)
+
     def _finished(self) -> bool:
         with self._cond:
             return self._source_done and self._next == self._pulled
@@ -390,6 +421,7 @@ class StreamSubmitter(Generic[T]):
         call: Any = None
         reader: threading.Thread | None = None
         reopen_at = time.monotonic()
+        lazy = False  # the last stream ended idle: open the next one when there is something to send
         failures = 0  # streams in a row that failed without an answer in between
         last_answer = time.monotonic()
         try:
@@ -400,7 +432,8 @@ class StreamSubmitter(Generic[T]):
                 now = time.monotonic()
                 if run_end is not None and now >= run_end and not self._stopped:
                     self._stop(f"DEADLINE_EXCEEDED: the run's timeout of {self.timeout:.0f} s passed", call)
-                if call is None and not self._stopped and now >= reopen_at:
+                if call is None and not self._stopped and now >= reopen_at and (not lazy or self._has_work()):
+                    lazy = False
                     with self._cond:
                         generation = self._generation
                     left = None if run_end is None else run_end - now
@@ -410,7 +443,7 @@ class StreamSubmitter(Generic[T]):
                     reader = threading.Thread(target=self._read, args=(call, generation), name="negt2i-stream-reader",
                                               daemon=True)  # fmt: skip
                     reader.start()
-                wait = 0.5 if call is not None or self._stopped else min(0.5, max(reopen_at - now, 0.0))
+                wait = 0.5 if call is not None or self._stopped or lazy else min(0.5, max(reopen_at - now, 0.0))
                 try:
                     kind, generation, payload = self._events.get(timeout=wait)
                 except queue.Empty:
@@ -427,6 +460,12 @@ class StreamSubmitter(Generic[T]):
                         unanswered = len(self._outstanding) + len(self._retry) + len(self._ready)
                         done = self._source_done and not unanswered
                     if payload is None and done:
+                        continue
+                    if not unanswered and (payload is None or client_error(payload).retryable):
+                        # closed idle by us, or ended by the server while idle (docs/api.md): not a failure
+                        self._abandon(0.0)
+                        self.stats.idle_ends += 1
+                        lazy = True
                         continue
                     if payload is None:  # the server ended the stream with items unanswered
                         from negt2i.client import ClientError

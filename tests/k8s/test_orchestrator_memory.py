@@ -67,13 +67,15 @@ def test_documented_bounds_fit_the_memory_limit(overlay: str, limit: int, env: d
 
 def test_default_budget_leaves_the_reserve_out() -> None:
     defaults = Settings()
-    assert (defaults.max_message_bytes, defaults.max_receiving, defaults.max_calls, defaults.call_buffer_bytes) == (
+    d = defaults
+    assert (d.max_message_bytes, d.max_receiving, d.max_stream_receiving, d.max_calls, d.call_buffer_bytes) == (
         32 * MIB,
         2,
+        4,
         256,
         64 << 10,
     )
     reserve = guard.reception_reserve(defaults)
-    assert reserve == (256 + 6 * 64 + 16 + 9 * 64 + 16 + 16) * MIB  # B + health + unary, T = 64 MiB
+    assert reserve == (256 + 6 * 64 + 16 + 9 * 64 + 16 + 16 + 5 * 64) * MIB  # B + health + unary + streams, T = 64 MiB
     assert default_budget(limit=3 << 30, reserve=reserve) == (3072 * MIB - reserve) // 2
     assert default_budget(limit=reserve, reserve=reserve) == 64 * MIB  # never below MIN_BUDGET

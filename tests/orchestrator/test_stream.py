@@ -1,6 +1,7 @@
 """The one stream submitter (``negt2i.run.stream``) against a scripted in-process ``EvaluateStream`` server:
 answers in job order, the window, ``prepare``'s refusals, the retry policy (only what the API marks
-retryable), a stream the server ends with items unanswered, and an iterator that fails."""
+retryable), a stream the server ends with items unanswered, idle streams (closed by the client, or ended by
+the server), and an iterator that fails."""
 
 from __future__ import annotations
 
@@ -42,8 +43,13 @@ _ERRORS = {
 
 
 class _Server:
-    def __init__(self, script: Script) -> None:
+    """``idle_end_s``: a stream with nothing unanswered for that long is ended RESOURCE_EXHAUSTED
+    (SERVER_OVERLOADED, the rich error model), as the orchestrator ends an idle stream others wait behind."""
+
+    def __init__(self, script: Script, idle_end_s: float | None = None) -> None:
         self.script = script
+        self.idle_end_s = idle_end_s
+        self.idle_ended = 0
         self.sends: Counter[int] = Counter()
         self.unanswered = 0
         self.most_unanswered = 0
@@ -107,11 +113,30 @@ class _Server:
             out.put(None)
 
         threading.Thread(target=read, daemon=True).start()
-        while (resp := out.get()) is not None:
+        while True:
+            try:
+                resp = out.get(timeout=self.idle_end_s)
+            except queue.Empty:
+                with self._lock:
+                    if self.unanswered:
+                        continue
+                    self.idle_ended += 1
+                context.abort_with_status(_overloaded("the stream was idle while others waited"))
+            if resp is None:
+                return
             yield resp
 
     def stop(self) -> None:
         self.server.stop(0)
+
+
+def _overloaded(message: str) -> Any:
+    from grpc_status import rpc_status
+
+    from negt2i.wire import errors
+
+    failure = Failure(FailureKind.STAGE_ERROR, message, code=Code.RESOURCE_EXHAUSTED, reason=Reason.SERVER_OVERLOADED)
+    return rpc_status.to_status(errors.to_status(failure, message))
 
 
 def _request(item: int) -> evaluator_pb2.EvaluateRequest:
@@ -119,11 +144,13 @@ def _request(item: int) -> evaluator_pb2.EvaluateRequest:
 
 
 def _run(script: Script, items: Any, *, window: int = 4, policy: RetryPolicy = FAST,
-         prepare: Callable[[int], Any] = _request) -> tuple[list[Any], StreamSubmitter[int], _Server]:  # fmt: skip
-    server = _Server(script)
+         prepare: Callable[[int], Any] = _request, idle_end_s: float | None = None,
+         idle_close: float = 60.0) -> tuple[list[Any], StreamSubmitter[int], _Server]:  # fmt: skip
+    server = _Server(script, idle_end_s)
     try:
         with EvaluatorClient(f"127.0.0.1:{server.port}", timeout=None) as client:
-            submitter = StreamSubmitter(client, prepare, window=window, policy=policy, warn=lambda _: None)
+            submitter = StreamSubmitter(client, prepare, window=window, policy=policy, warn=lambda _: None,
+                                        idle_close=idle_close)  # fmt: skip
             answers = list(submitter.run(items))
     finally:
         server.stop()
@@ -206,3 +233,34 @@ def test_an_iterator_that_fails_ends_the_run_with_its_error() -> None:
 
     with pytest.raises(OSError, match="the queue is gone"):
         _run(lambda item, _: ("ok", 0.0), items())
+
+
+def _paused(pauses: dict[int, float], count: int) -> Iterator[int]:
+    """Jobs 0..count-1, sleeping ``pauses[i]`` seconds before job i (a generator between images)."""
+    for i in range(count):
+        time.sleep(pauses.get(i, 0.0))
+        yield i
+
+
+def test_a_paused_client_closes_its_stream_and_reopens_it_for_the_next_job() -> None:
+    """Nothing to send and nothing unanswered for ``idle_close``: the stream is half-closed (it holds no
+    reception place on the server); the next job opens a new one, and nothing counts as a failure."""
+    answers, submitter, server = _run(lambda item, _: ("ok", 0.0), _paused({2: 1.0}, 4), idle_close=0.2)
+    assert [a.index for a in answers] == list(range(4))
+    assert all(a.response is not None and a.response.HasField("result") and not a.left for a in answers)
+    assert server.streams == 2 and submitter.stats.streams == 2 and submitter.stats.idle_ends == 1
+    assert submitter.stats.retried == 0 and submitter.stats.stream_error is None
+
+
+def test_a_stream_the_server_ends_while_idle_is_reopened_for_the_next_job_and_is_no_failure() -> None:
+    """The server ends every stream idle for 0.1 s (RESOURCE_EXHAUSTED, retryable); the client pauses 0.5 s
+    before each job, so every stream it opens ends so, more times in a row than ``attempts`` (3) allows failures
+    without an answer: the run still judges every job, each on a stream opened when the job was ready (before:
+    reopened at once, idle, ended again, and the run stopped after 3)."""
+    answers, submitter, server = _run(lambda item, _: ("ok", 0.0), _paused(dict.fromkeys(range(5), 0.5), 5),
+                                      idle_end_s=0.1)  # fmt: skip
+    assert [a.index for a in answers] == list(range(5))
+    assert all(a.response is not None and a.response.HasField("result") and not a.left for a in answers), answers
+    assert submitter.stats.stream_error is None and submitter.stats.retried == 0
+    assert server.idle_ended >= 4 and submitter.stats.idle_ends >= 4
+    assert submitter.stats.streams <= 6  # one per job (and the first, opened before job 0 was ready)

@@ -108,3 +108,90 @@ def test_a_silent_call_gives_its_place_up_after_the_receive_timeout(tmp_path: Pa
         with pytest.raises(grpc.RpcError) as served:  # read and judged: the prompt id is unknown
             unary(request_bytes(1000), timeout=30, metadata=metadata)
         assert served.value.code() == grpc.StatusCode.NOT_FOUND, served.value.details()
+
+
+def test_stream_messages_are_received_a_few_at_a_time_and_their_memory_returns(tmp_path: Path) -> None:
+    """16 concurrent streams with the token, one connection each, each sending one 60 MB message (over
+    NEGT2I_MAX_MESSAGE_BYTES, under the transport limit): every item is read and answered RESOURCE_EXHAUSTED
+    (MESSAGE_TOO_LARGE), one message at a time (NEGT2I_MAX_STREAM_RECEIVING=1), so the peak stays under the
+    documented (1 + 2) x 60 MB + 145 MiB (before: +748 MiB, every stream's message received at once), and 1.5 s
+    later the memory is back with the system."""
+    from benchmarks.bench_memory import stream_burst
+
+    calls, size = 16, 60 * MB
+    with start({"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_STREAM_RECEIVING": "1"}, tmp_path) as server:
+        time.sleep(0.5)
+        peak, after, codes = measure(server.pid, functools.partial(
+            stream_burst, server.target, request_bytes(size), calls, token=TOKEN, connections=calls))  # fmt: skip
+        assert codes == {"RESOURCE_EXHAUSTED": calls}, (codes, server.tail())
+        bound = documented(calls, size, max_stream_receiving=1)["streams"]
+        assert peak <= bound, f"grew {peak:.0f} MiB at the peak, the documented bound is {bound:.0f} MiB"
+        assert after <= 64, f"{after:.0f} MiB still held 1.5 s after the streams"
+
+
+def _stream_status(call: Any) -> tuple[list[str], Any]:
+    """The answers' request ids of a stream call and the error that ended it (None: OK)."""
+    from negt2i.wire.v1 import evaluator_pb2
+
+    ids = []
+    try:
+        for raw in call:
+            ids.append(evaluator_pb2.EvaluateStreamResponse.FromString(raw).request_id)
+    except grpc.RpcError as exc:
+        return ids, exc
+    return ids, None
+
+
+def test_an_idle_stream_gives_its_place_up_to_a_stream_waiting_to_send(tmp_path: Path) -> None:
+    """NEGT2I_MAX_STREAM_RECEIVING=1: a stream whose client stays silent holds the one place; a second stream's
+    message waits for it, and once the silent stream has been idle NEGT2I_RECEIVE_TIMEOUT_S (1 s) it is ended
+    RESOURCE_EXHAUSTED (SERVER_OVERLOADED, the rich error model: clients reopen it) and the second stream's item
+    is read and answered. Before: the silent stream held nothing and was never ended."""
+    from grpc_status import rpc_status
+
+    from benchmarks.bench_memory import STREAM
+
+    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_RECEIVE_TIMEOUT_S": "1"}
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    with start(env, tmp_path) as server, grpc.insecure_channel(server.target) as channel:
+        feed: queue.Queue[Any] = queue.Queue()
+        silent = channel.stream_stream(STREAM)(iter(feed.get, None), timeout=60, metadata=metadata)
+        try:
+            time.sleep(0.5)  # the silent stream has asked for its first message: it holds the place
+            t0 = time.monotonic()
+            busy = channel.stream_stream(STREAM)(iter([request_bytes(1000, "b1")]), timeout=60, metadata=metadata)
+            ids, error = _stream_status(busy)
+            waited = time.monotonic() - t0
+            assert ids == ["b1"] and error is None, (ids, error, server.tail())
+            assert 0.4 <= waited <= 20, waited
+            silent_ids, ended = _stream_status(silent)
+            assert silent_ids == [] and ended is not None and ended.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "idle" in (ended.details() or ""), ended.details()
+            assert rpc_status.from_call(ended) is not None, "no rich error model: clients would not reopen it"
+        finally:
+            feed.put(None)
+
+
+def test_a_stream_that_gets_no_place_in_time_ends_resource_exhausted(tmp_path: Path) -> None:
+    """The silent stream is not idle long enough to be ended (NEGT2I_RECEIVE_TIMEOUT_S 30 s): a second stream
+    waits NEGT2I_MAX_WAIT_S (0.5 s) for the place without its message being read, then ends RESOURCE_EXHAUSTED
+    (SERVER_OVERLOADED) with nothing answered, so its client sends the item again."""
+    from grpc_status import rpc_status
+
+    from benchmarks.bench_memory import STREAM
+
+    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_MAX_WAIT_S": "0.5"}
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    with start(env, tmp_path) as server, grpc.insecure_channel(server.target) as channel:
+        feed: queue.Queue[Any] = queue.Queue()
+        silent = channel.stream_stream(STREAM)(iter(feed.get, None), timeout=60, metadata=metadata)
+        try:
+            time.sleep(0.5)
+            busy = channel.stream_stream(STREAM)(iter([request_bytes(1000, "b1")]), timeout=60, metadata=metadata)
+            ids, error = _stream_status(busy)
+            assert ids == [] and error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (ids, error)
+            assert "at capacity" in (error.details() or ""), error.details()
+            assert rpc_status.from_call(error) is not None
+        finally:
+            feed.put(None)
+        assert _stream_status(silent) == ([], None)  # the silent stream half-closed: it ends OK
