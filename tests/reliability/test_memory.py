@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from benchmarks.bench_memory import METHOD, TOKEN, burst, documented, measure, request_bytes, start
+from negt2i.core.failures import Code
 
 pytestmark = [
     pytest.mark.xdist_group("reliability"),
@@ -195,3 +196,50 @@ def test_a_stream_that_gets_no_place_in_time_ends_resource_exhausted(tmp_path: P
         finally:
             feed.put(None)
         assert _stream_status(silent) == ([], None)  # the silent stream half-closed: it ends OK
+
+
+def test_stream_submitters_share_one_place_and_a_paused_one_does_not_hold_it(tmp_path: Path) -> None:
+    """NEGT2I_MAX_STREAM_RECEIVING=1, NEGT2I_RECEIVE_TIMEOUT_S=1, real ``StreamSubmitter`` runs: a paused one (a
+    generator between images, keeping its stream open: ``idle_close`` 60 s) holds the place while it idles;
+    four busy runs of 12 jobs each start behind it. The paused stream is ended as idle, the busy runs share the
+    one place, and the paused run's next job goes out on a stream opened for it: every job of every run is
+    answered (NOT_FOUND: the prompt id is unknown), none left, no run stopped."""
+    import threading
+
+    from negt2i.client import EvaluatorClient
+    from negt2i.run.stream import RetryPolicy, StreamSubmitter
+    from negt2i.wire.v1 import evaluator_pb2
+
+    def prepare(job: int) -> evaluator_pb2.EvaluateRequest:
+        return evaluator_pb2.EvaluateRequest.FromString(request_bytes(2000))
+
+    def jobs(count: int, pause_before: dict[int, float]) -> Any:
+        for i in range(count):
+            time.sleep(pause_before.get(i, 0.0))
+            yield i
+
+    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_RECEIVE_TIMEOUT_S": "1"}
+    results: dict[str, tuple[list[Any], Any]] = {}
+
+    def run(name: str, count: int, pause_before: dict[int, float], target: str) -> None:
+        with EvaluatorClient(target, token=TOKEN, timeout=None) as client:
+            submitter = StreamSubmitter(client, prepare, window=4, policy=RetryPolicy(item_timeout=60),
+                                        warn=lambda _: None, idle_close=60.0)  # fmt: skip
+            results[name] = (list(submitter.run(jobs(count, pause_before))), submitter.stats)
+
+    with start(env, tmp_path) as server:
+        paused = threading.Thread(target=run, args=("paused", 2, {1: 4.0}, server.target))
+        paused.start()
+        time.sleep(1.0)  # its first job answered, it idles with its next read pending
+        busy = [threading.Thread(target=run, args=(f"busy-{k}", 12, {}, server.target)) for k in range(4)]
+        for t in busy:
+            t.start()
+        for t in (paused, *busy):
+            t.join(timeout=120)
+        assert set(results) == {"paused"} | {f"busy-{k}" for k in range(4)}, server.tail()
+        for name, (answers, stats) in results.items():
+            assert [a.index for a in answers] == list(range(len(answers))), name
+            assert all(not a.left and a.response is not None for a in answers), (name, answers)
+            assert {Code.of(a.response.error.code).name for a in answers} == {"NOT_FOUND"}, name
+            assert stats.stream_error is None, (name, stats)
+        assert results["paused"][1].idle_ends >= 1, results["paused"][1]
