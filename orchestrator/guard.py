@@ -21,8 +21,10 @@
   automatic window grows to several MiB per call on a busy connection). ``CallLimit`` asks for at most
   ``NEGT2I_MAX_RECEIVING`` unary messages at once (the others wait unread, up to ``NEGT2I_MAX_WAIT_S`` or
   their deadline, then RESOURCE_EXHAUSTED SERVER_OVERLOADED), a message that does not arrive within
-  ``NEGT2I_RECEIVE_TIMEOUT_S`` ends its call (DEADLINE_EXCEEDED) and frees its place; a call refused for its
-  token (``orchestrator.security``) is never read at all. A message read is dropped as soon as its call ends:
+  ``NEGT2I_RECEIVE_TIMEOUT_S`` ends its call (DEADLINE_EXCEEDED) and frees its place; streams read each
+  message in one of ``NEGT2I_MAX_STREAM_RECEIVING`` places of their own (``StreamPlaces``: an idle holder is
+  ended when another stream waits); a call refused for its token (``orchestrator.security``) is never read at
+  all. A message read is dropped as soon as its call ends:
   the request iterator is closed and the frames of an aborted call's exception cleared (grpc.aio keeps the
   abort exception, whose traceback would otherwise hold the request in a reference cycle until the cyclic
   garbage collector runs). A message over ``max_message_bytes`` is never parsed (``scan_request`` reads its
@@ -521,6 +523,10 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     (SERVER_OVERLOADED, the rich error model: clients retry it) without reading anything; a message still not
     received ``receive_timeout_s`` after its place was taken: DEADLINE_EXCEEDED. Counting and uncounting happen
     in the same ``try`` of the handler, so a call cancelled at any moment never leaves a count behind.
+
+    A stream's messages are read through a ``StreamGate``, each in one of ``max_stream_receiving`` places
+    (``StreamPlaces``); a stream whose gate stopped reading (no place in time, or ended as idle) ends
+    RESOURCE_EXHAUSTED SERVER_OVERLOADED once every message it read has been answered.
 
     Health checks need no token, so anyone who can connect may send one, of up to the transport limit: their
     messages are read the same way, one at a time in a place of their own (``PROBE_RECEIVE_S`` to arrive and

@@ -434,8 +434,8 @@ def _admission(settings: Settings) -> Admission:
     if limit is not None and reserve + 2 * budget > limit:
         log.warning(
             "memory limit %d MiB < %d MiB (messages being received and the process, %d MiB, + 2 x the in-flight "
-            "budget, %d MiB): raise the limit or lower NEGT2I_MAX_INFLIGHT_BYTES, NEGT2I_MAX_MESSAGE_BYTES or "
-            "NEGT2I_MAX_RECEIVING (docs/services.md, Memory before a message is read)",
+            "budget, %d MiB): raise the limit or lower NEGT2I_MAX_INFLIGHT_BYTES, NEGT2I_MAX_MESSAGE_BYTES, "
+            "NEGT2I_MAX_RECEIVING or NEGT2I_MAX_STREAM_RECEIVING (docs/services.md, Memory before a message is read)",
             limit >> 20, (reserve + 2 * budget) >> 20, reserve >> 20, budget >> 20,
         )  # fmt: skip
     return Admission(budget, settings.max_active, settings.max_waiting, settings.max_wait_s)
