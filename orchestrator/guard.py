@@ -361,13 +361,13 @@ class StreamPlaces:
         self._queue: deque[tuple[asyncio.Future[None], StreamGate]] = deque()
 
     def waiting(self) -> int:
-        """Streams waiting for a place."""
-        return sum(1 for future, _ in self._queue if not future.done())
+        """Streams waiting for a place (an entry leaves the queue when given a place or when its wait ends)."""
+        return len(self._queue)
 
     async def take(self, gate: StreamGate, wait_s: float) -> bool:
         """Take a place for ``gate``'s next read: True once taken, False when none was free within ``wait_s``."""
         loop = asyncio.get_running_loop()
-        if len(self.holders) < self.count and not self.waiting():
+        if len(self.holders) < self.count and not self._queue:
             self._grant(gate, loop.time())
             return True
         future: asyncio.Future[None] = loop.create_future()
