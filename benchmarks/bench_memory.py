@@ -133,21 +133,37 @@ def request_bytes(size: int, request_id: str = "big", prompt_id: str = "bench-no
     return req.SerializeToString()
 
 
+def _fan_out(target: str, connections: int, workers: int, work: Callable[[list[Any], int], None]) -> None:
+    """``work(channels, i)`` for i in 0..``workers``-1, on as many threads at once, with ``connections`` channels
+    to ``target`` (no message size limits, one connection each), closed afterwards."""
+    import grpc
+
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
+               ("grpc.use_local_subchannel_pool", 1)]  # fmt: skip
+    channels = [grpc.insecure_channel(target, options=options) for _ in range(max(1, connections))]
+    threads = [threading.Thread(target=work, args=(channels, i)) for i in range(workers)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for ch in channels:
+            ch.close()
+
+
 def burst(target: str, message: bytes, calls: int, *, token: str = "", connections: int = 1, at_once: int = 0,
           timeout: float = 120.0, method: str = METHOD) -> collections.Counter[str]:  # fmt: skip
     """``calls`` unary calls of ``method`` (Evaluate) with the encoded ``message``, ``at_once`` at a time (0:
     all), spread over ``connections`` connections; the count of each answer's status code."""
     import grpc
 
-    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
-               ("grpc.use_local_subchannel_pool", 1)]  # fmt: skip
-    channels = [grpc.insecure_channel(target, options=options) for _ in range(max(1, connections))]
     metadata = (("authorization", f"Bearer {token}"),) if token else None
     codes: collections.Counter[str] = collections.Counter()
     lock = threading.Lock()
     left = list(range(calls))
 
-    def worker() -> None:
+    def worker(channels: list[Any], _: int) -> None:
         while True:
             with lock:
                 if not left:
@@ -162,15 +178,7 @@ def burst(target: str, message: bytes, calls: int, *, token: str = "", connectio
             with lock:
                 codes[code] += 1
 
-    threads = [threading.Thread(target=worker) for _ in range(at_once or calls)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for ch in channels:
-            ch.close()
+    _fan_out(target, connections, at_once or calls, worker)
     return codes
 
 
@@ -183,35 +191,23 @@ def stream_burst(target: str, message: bytes, streams: int, *, token: str = "", 
 
     from negt2i.wire.v1 import evaluator_pb2
 
-    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1),
-               ("grpc.use_local_subchannel_pool", 1)]  # fmt: skip
-    channels = [grpc.insecure_channel(target, options=options) for _ in range(max(1, connections))]
     metadata = (("authorization", f"Bearer {token}"),) if token else None
     codes: collections.Counter[str] = collections.Counter()
     lock = threading.Lock()
 
-    def worker(i: int) -> None:
+    def worker(channels: list[Any], i: int) -> None:
         call = channels[i % len(channels)].stream_stream(STREAM)
         found: list[str] = []
         try:
             sent = (_with_id(message, f"{i}-{k}") for k in range(messages))
             for raw in call(sent, timeout=timeout, metadata=metadata):
-                resp = evaluator_pb2.EvaluateStreamResponse.FromString(raw)
-                found.append(_code_name(resp))
+                found.append(_code_name(evaluator_pb2.EvaluateStreamResponse.FromString(raw)))
         except grpc.RpcError as exc:
             found.append(f"stream:{exc.code().name}")
         with lock:
             codes.update(found)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(streams)]
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for ch in channels:
-            ch.close()
+    _fan_out(target, connections, streams, worker)
     return codes
 
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 import functools
 import queue
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +146,37 @@ def _stream_status(call: Any) -> tuple[list[str], Any]:
     return ids, None
 
 
+@dataclass
+class _Silent:
+    """An orchestrator, a stream on it whose client sends nothing (``call``: it has asked for its first message,
+    so it holds a reception place), ``open``: another stream sending the given messages, ``close``: the silent
+    client half-closes."""
+
+    server: Any
+    call: Any
+    open: Callable[..., Any]
+    close: Callable[[], None]
+
+
+@contextmanager
+def _behind_a_silent_stream(env: dict[str, str], tmp: Path) -> Iterator[_Silent]:
+    from benchmarks.bench_memory import STREAM
+
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    with start({"NEGT2I_AUTH_TOKEN": TOKEN, **env}, tmp) as server, grpc.insecure_channel(server.target) as channel:
+        feed: queue.Queue[Any] = queue.Queue()
+
+        def open_stream(*messages: bytes) -> Any:
+            return channel.stream_stream(STREAM)(iter(messages), timeout=60, metadata=metadata)
+
+        silent = channel.stream_stream(STREAM)(iter(feed.get, None), timeout=60, metadata=metadata)
+        try:
+            time.sleep(0.5)  # the silent stream has asked for its first message: it holds the place
+            yield _Silent(server, silent, open_stream, lambda: feed.put(None))
+        finally:
+            feed.put(None)
+
+
 def test_an_idle_stream_gives_its_place_up_to_a_stream_waiting_to_send(tmp_path: Path) -> None:
     """NEGT2I_MAX_STREAM_RECEIVING=1: a stream whose client stays silent holds the one place; a second stream's
     message waits for it, and once the silent stream has been idle NEGT2I_RECEIVE_TIMEOUT_S (1 s) it is ended
@@ -150,27 +184,17 @@ def test_an_idle_stream_gives_its_place_up_to_a_stream_waiting_to_send(tmp_path:
     is read and answered. Before: the silent stream held nothing and was never ended."""
     from grpc_status import rpc_status
 
-    from benchmarks.bench_memory import STREAM
-
-    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_RECEIVE_TIMEOUT_S": "1"}
-    metadata = (("authorization", f"Bearer {TOKEN}"),)
-    with start(env, tmp_path) as server, grpc.insecure_channel(server.target) as channel:
-        feed: queue.Queue[Any] = queue.Queue()
-        silent = channel.stream_stream(STREAM)(iter(feed.get, None), timeout=60, metadata=metadata)
-        try:
-            time.sleep(0.5)  # the silent stream has asked for its first message: it holds the place
-            t0 = time.monotonic()
-            busy = channel.stream_stream(STREAM)(iter([request_bytes(1000, "b1")]), timeout=60, metadata=metadata)
-            ids, error = _stream_status(busy)
-            waited = time.monotonic() - t0
-            assert ids == ["b1"] and error is None, (ids, error, server.tail())
-            assert 0.4 <= waited <= 20, waited
-            silent_ids, ended = _stream_status(silent)
-            assert silent_ids == [] and ended is not None and ended.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "idle" in (ended.details() or ""), ended.details()
-            assert rpc_status.from_call(ended) is not None, "no rich error model: clients would not reopen it"
-        finally:
-            feed.put(None)
+    env = {"NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_RECEIVE_TIMEOUT_S": "1"}
+    with _behind_a_silent_stream(env, tmp_path) as silent:
+        t0 = time.monotonic()
+        ids, error = _stream_status(silent.open(request_bytes(1000, "b1")))
+        waited = time.monotonic() - t0
+        assert ids == ["b1"] and error is None, (ids, error, silent.server.tail())
+        assert 0.4 <= waited <= 20, waited
+        silent_ids, ended = _stream_status(silent.call)
+        assert silent_ids == [] and ended is not None and ended.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "idle" in (ended.details() or ""), ended.details()
+        assert rpc_status.from_call(ended) is not None, "no rich error model: clients would not reopen it"
 
 
 def test_a_stream_that_gets_no_place_in_time_ends_resource_exhausted(tmp_path: Path) -> None:
@@ -179,23 +203,13 @@ def test_a_stream_that_gets_no_place_in_time_ends_resource_exhausted(tmp_path: P
     (SERVER_OVERLOADED) with nothing answered, so its client sends the item again."""
     from grpc_status import rpc_status
 
-    from benchmarks.bench_memory import STREAM
-
-    env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_MAX_WAIT_S": "0.5"}
-    metadata = (("authorization", f"Bearer {TOKEN}"),)
-    with start(env, tmp_path) as server, grpc.insecure_channel(server.target) as channel:
-        feed: queue.Queue[Any] = queue.Queue()
-        silent = channel.stream_stream(STREAM)(iter(feed.get, None), timeout=60, metadata=metadata)
-        try:
-            time.sleep(0.5)
-            busy = channel.stream_stream(STREAM)(iter([request_bytes(1000, "b1")]), timeout=60, metadata=metadata)
-            ids, error = _stream_status(busy)
-            assert ids == [] and error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (ids, error)
-            assert "at capacity" in (error.details() or ""), error.details()
-            assert rpc_status.from_call(error) is not None
-        finally:
-            feed.put(None)
-        assert _stream_status(silent) == ([], None)  # the silent stream half-closed: it ends OK
+    with _behind_a_silent_stream({"NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_MAX_WAIT_S": "0.5"}, tmp_path) as silent:
+        ids, error = _stream_status(silent.open(request_bytes(1000, "b1")))
+        assert ids == [] and error is not None and error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (ids, error)
+        assert "at capacity" in (error.details() or ""), error.details()
+        assert rpc_status.from_call(error) is not None
+        silent.close()
+        assert _stream_status(silent.call) == ([], None)  # the silent stream half-closed: it ends OK
 
 
 def test_stream_submitters_share_one_place_and_a_paused_one_does_not_hold_it(tmp_path: Path) -> None:
