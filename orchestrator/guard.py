@@ -274,6 +274,9 @@ def transport_options(max_message_bytes: int, call_buffer_bytes: int) -> list[tu
     return options
 
 
+COUNTED: Final = ("/negt2i.v1.Evaluator/", "/grpc.reflection.")
+"""The methods ``CallLimit`` counts and whose messages it reads in places: the Evaluator's, and reflection's
+(opt-in, a stream that needs no token when none is configured: its messages may be as large as any)."""
 PROBE_RECEIVE_S: Final = 2.0
 """How long a health check's message may take to arrive, and to wait for its place (``CallLimit``)."""
 
@@ -514,7 +517,7 @@ async def _next_message(iterator: Any) -> tuple[bool, Any]:
 
 
 class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """At most ``max_calls`` open calls of the Evaluator (health checks and reflection are not counted), and at
+    """At most ``max_calls`` open calls of the Evaluator and reflection (``COUNTED``; health checks are not), and at
     most ``max_receiving`` of their unary messages being received (``Places``). A call is counted from the start
     of its handler to its end, and its message is read only after it was counted: a unary method is served
     through a request-streaming handler that checks the count, then reads the one message itself (a unary
@@ -552,7 +555,7 @@ class CallLimit(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method = str(details.method)
         if method.startswith("/grpc.health.v1.Health/") and not handler.request_streaming:
             return self._probe(handler)
-        if not method.startswith("/negt2i.v1.Evaluator/"):
+        if not method.startswith(COUNTED):
             return handler
         if handler.unary_unary is None and handler.stream_stream is None:
             return handler

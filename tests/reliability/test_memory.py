@@ -257,3 +257,25 @@ def test_stream_submitters_share_one_place_and_a_paused_one_does_not_hold_it(tmp
             assert {Code.of(a.response.error.code).name for a in answers} == {"NOT_FOUND"}, name
             assert stats.stream_error is None, (name, stats)
         assert results["paused"][1].idle_ends >= 1, results["paused"][1]
+
+
+def test_reflection_streams_are_read_in_the_stream_places(tmp_path: Path) -> None:
+    """Reflection (opt-in; it needs no token when none is configured, and its messages may be as large as any)
+    is read in the stream places too: behind a silent stream holding the one place, a reflection call waits and
+    ends RESOURCE_EXHAUSTED after NEGT2I_MAX_WAIT_S; once the place is free it lists the services (before:
+    reflection was neither counted nor gated, and answered at once)."""
+    from grpc_reflection.v1alpha import reflection_pb2
+
+    env = {"NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_MAX_WAIT_S": "0.5", "NEGT2I_REFLECTION": "1"}
+    ask = reflection_pb2.ServerReflectionRequest(list_services="").SerializeToString()
+    metadata = (("authorization", f"Bearer {TOKEN}"),)
+    with _behind_a_silent_stream(env, tmp_path) as silent, grpc.insecure_channel(silent.server.target) as channel:
+        reflect = channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo")
+        with pytest.raises(grpc.RpcError) as waited:
+            list(reflect(iter([ask]), timeout=30, metadata=metadata))
+        assert waited.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, waited.value.details()
+        silent.close()
+        assert _stream_status(silent.call) == ([], None)
+        (raw,) = list(reflect(iter([ask]), timeout=30, metadata=metadata))
+        listed = reflection_pb2.ServerReflectionResponse.FromString(raw).list_services_response.service
+        assert "negt2i.v1.Evaluator" in {service.name for service in listed}
