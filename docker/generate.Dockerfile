@@ -21,11 +21,10 @@ FROM ${UV_IMAGE} AS uv
 # container-toolkit settings (NVIDIA_VISIBLE_DEVICES, and the NVIDIA_REQUIRE_CUDA check that
 # refuses a driver older than CUDA 13.0 needs, R580) without a second copy of the libraries.
 # ---- torch: identical in docker/generate.Dockerfile (shared layers) ----
-FROM ${CUDA_IMAGE} AS torch
+FROM ${CUDA_IMAGE} AS python
 
 ARG PYTHON_VERSION=3.11.14
 ARG UV_PYTHON_INSTALL_MIRROR=""
-ARG UV_DEFAULT_INDEX=""
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -49,26 +48,42 @@ RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
 
 WORKDIR /app
 
+# What each image installs, derived from pyproject.toml in a stage of its own: only these lists
+# reach the install layers, so an edit to pyproject.toml that changes none of them (a tool's
+# settings, the version) rebuilds no dependency layer, the torch layer least of all.
+FROM python AS requirements
+COPY pyproject.toml docker/requirements.py /build/
+RUN python /build/requirements.py --pyproject /build/pyproject.toml --only torch,torchvision models > /build/torch.txt \
+    && python /build/requirements.py --pyproject /build/pyproject.toml models serving > /build/requirements.txt \
+    && python /build/requirements.py --pyproject /build/pyproject.toml --without bentoml generate judges serving > /build/generate.txt
+
+FROM python AS torch
+
+ARG UV_DEFAULT_INDEX=""
+
 # torch alone (pinned by pyproject.toml and docker/constraints.txt): the largest layer.
-COPY pyproject.toml docker/requirements.py docker/constraints.txt /build/
+COPY docker/constraints.txt /build/
+COPY --from=requirements /build/torch.txt /build/
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
     --mount=type=cache,target=/root/.cache/uv \
     if [ -z "$UV_DEFAULT_INDEX" ]; then unset UV_DEFAULT_INDEX; fi \
-    && python /build/requirements.py --pyproject /build/pyproject.toml --only torch,torchvision models > /build/torch.txt \
     && uv pip install -c /build/constraints.txt -r /build/torch.txt \
     && rm -rf /tmp/*
 # ---- end of the torch stage ----
 
 FROM torch AS generate
 
+ARG UV_DEFAULT_INDEX=""
+
 # The generate extra (diffusers, accelerate, transformers), the judges extra (open_clip; the
 # judges Job, k8s/jobs/judges, runs this image), the gRPC client (the serving
 # extra without BentoML) and bitsandbytes (4-bit presets; a CUDA-only wheel), all pinned
 # in docker/constraints.txt (checked here).
+COPY docker/requirements.py /build/
+COPY --from=requirements /build/generate.txt /build/requirements.txt
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
     --mount=type=cache,target=/root/.cache/uv \
     if [ -z "$UV_DEFAULT_INDEX" ]; then unset UV_DEFAULT_INDEX; fi \
-    && python /build/requirements.py --pyproject /build/pyproject.toml --without bentoml generate judges serving > /build/requirements.txt \
     && uv pip install -c /build/constraints.txt -r /build/requirements.txt bitsandbytes \
     && python /build/requirements.py --check-pinned /build/constraints.txt \
     && rm -rf /tmp/*

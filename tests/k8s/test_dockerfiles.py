@@ -126,7 +126,7 @@ def test_base_images_are_build_arguments_pinned_to_exact_versions(name: str) -> 
         assert any(i.startswith("nvidia/cuda:") and i.endswith("-ubuntu22.04") for i in resolved)
         assert any(i.startswith("ghcr.io/astral-sh/uv:") for i in resolved)
         # the Python the image runs: an exact CPython 3.11.x, a build argument too (docs/deployment.md)
-        (python,) = [a for ins, a in stages(path)["torch"] if ins == "ARG" and a.startswith("PYTHON_VERSION=")]
+        (python,) = [a for ins, a in stages(path)["python"] if ins == "ARG" and a.startswith("PYTHON_VERSION=")]
         assert re.fullmatch(r"PYTHON_VERSION=3\.11\.\d+", python)
         run = " ".join(args for ins, args in instructions(path) if ins == "RUN")
         assert 'uv python install "$PYTHON_VERSION"' in run and 'uv venv --python "$PYTHON_VERSION"' in run
@@ -145,10 +145,19 @@ def test_dependencies_are_installed_before_the_code_is_copied(name: str) -> None
     code = _first(instrs, lambda ins: ins[0] == "COPY" and any(f" {p}" in f" {ins[1]}" for p in CODE_PATHS))
     assert deps < code
     before = [args for ins, args in instrs[:deps] if ins in ("COPY", "ADD")]
-    # Only the dependency description reaches the dependency layers.
+    # Only the dependency description reaches the dependency layers: pyproject.toml only in the `requirements`
+    # stage, which derives the lists the install layers copy (an edit to pyproject.toml that changes no list
+    # rebuilds no dependency layer).
+    allowed = {"pyproject.toml", "docker/requirements.py", "docker/constraints.txt"}
     assert before and all(
-        set(a.split()[:-1]) <= {"pyproject.toml", "docker/requirements.py", "docker/constraints.txt"} for a in before
+        set(a.split()[:-1]) <= allowed
+        or (a.startswith("--from=requirements ") and all(w.startswith("/build/") for w in a.split()[1:]))
+        for a in before
     ), before
+    built = stages(DOCKERFILES[name])
+    copies_pyproject = {s for s, ins in built.items() if any(i == "COPY" and "pyproject.toml" in a.split()[:-1]
+                                                             and "/src/" not in a for i, a in ins)}  # fmt: skip
+    assert copies_pyproject == {"requirements"}, copies_pyproject
     assert "-c /build/constraints.txt" in instrs[deps][1], "install with the tested constraints"
     # Build arguments that change per build (version, revision) come after the dependency
     # layers: an ARG in scope changes the cache key of every later RUN.
@@ -194,9 +203,13 @@ def test_the_torch_stage_is_identical_in_the_stage_and_generate_dockerfiles() ->
     shared = {name: t[t.index(TORCH_BEGIN) : t.index(TORCH_END)] for name, t in texts.items()}
     assert shared["stage"] == shared["generate"]
     for name in ("stage", "generate"):
-        torch_stage = stages(ALL_DOCKERFILES[name])["torch"]
+        built = stages(ALL_DOCKERFILES[name])
+        (derive,) = [a for ins, a in built["requirements"] if ins == "RUN"]
+        assert "--only torch,torchvision models > /build/torch.txt" in derive
+        torch_stage = built["torch"]
+        assert ("COPY", "--from=requirements /build/torch.txt /build/") in torch_stage
+        assert all("pyproject.toml" not in a for _, a in torch_stage)  # only the derived list reaches the layer
         (install,) = [a for ins, a in torch_stage if ins == "RUN" and "torch.txt" in a]
-        assert "--only torch,torchvision models > /build/torch.txt" in install
         assert "uv pip install -c /build/constraints.txt -r /build/torch.txt &&" in install
         after = "runtime" if name == "stage" else "generate"
         assert stages(ALL_DOCKERFILES[name])[after][0] == ("FROM", f"torch AS {after}")  # built on it
