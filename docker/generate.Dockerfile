@@ -4,7 +4,7 @@
 # gRPC client, for the Indexed Job in k8s/jobs/generate. Build from the repository root:
 # `make image-generate`.
 #
-# Its `torch` stage is byte-identical to services/Dockerfile's (tests/k8s/test_dockerfiles.py
+# Its `python`, `requirements` and `torch` stages are byte-identical to services/Dockerfile's (tests/k8s/test_dockerfiles.py
 # checks it), so the generate image shares the Python and torch layers with the stage images
 # (torch 2.14.1's CUDA 13.0 wheels carry the CUDA runtime; the CUDA base image contributes the
 # container-toolkit settings). Base images, Python and package mirrors: the same build
