@@ -4,10 +4,10 @@
 # gRPC client, for the Indexed Job in k8s/jobs/generate. Build from the repository root:
 # `make image-generate`.
 #
-# Its `python`, `requirements` and `torch` stages are byte-identical to services/Dockerfile's (tests/k8s/test_dockerfiles.py
-# checks it), so the generate image shares the Python and torch layers with the stage images
-# (torch 2.14.1's CUDA 13.0 wheels carry the CUDA runtime; the CUDA base image contributes the
-# container-toolkit settings). Base images, Python and package mirrors: the same build
+# Its `python`, `requirements` and `torch` stages are byte-identical to services/Dockerfile's
+# (tests/k8s/test_dockerfiles.py checks it), so the generate image shares the Python and torch
+# layers with the stage images (torch 2.14.1's CUDA 13.0 wheels carry the CUDA runtime; the CUDA
+# base image contributes the container-toolkit settings). Base images, Python and package mirrors: the same build
 # arguments as services/Dockerfile (docs/deployment.md). No weights in the image: the Job
 # reads a Hugging Face cache from the weights volume (HF_HOME) with HF_HUB_OFFLINE=1.
 
