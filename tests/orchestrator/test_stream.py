@@ -235,7 +235,7 @@ def test_an_iterator_that_fails_ends_the_run_with_its_error() -> None:
         _run(lambda item, _: ("ok", 0.0), items())
 
 
-def _paused(pauses: dict[int, float], count: int) -> Iterator[int]:
+def paused_jobs(pauses: dict[int, float], count: int) -> Iterator[int]:
     """Jobs 0..count-1, sleeping ``pauses[i]`` seconds before job i (a generator between images)."""
     for i in range(count):
         time.sleep(pauses.get(i, 0.0))
@@ -245,7 +245,7 @@ def _paused(pauses: dict[int, float], count: int) -> Iterator[int]:
 def test_a_paused_client_closes_its_stream_and_reopens_it_for_the_next_job() -> None:
     """Nothing to send and nothing unanswered for ``idle_close``: the stream is half-closed (it holds no
     reception place on the server); the next job opens a new one, and nothing counts as a failure."""
-    answers, submitter, server = _run(lambda item, _: ("ok", 0.0), _paused({2: 1.0}, 4), idle_close=0.2)
+    answers, submitter, server = _run(lambda item, _: ("ok", 0.0), paused_jobs({2: 1.0}, 4), idle_close=0.2)
     assert [a.index for a in answers] == list(range(4))
     assert all(a.response is not None and a.response.HasField("result") and not a.left for a in answers)
     assert server.streams == 2 and submitter.stats.streams == 2 and submitter.stats.idle_ends == 1
@@ -257,7 +257,7 @@ def test_a_stream_the_server_ends_while_idle_is_reopened_for_the_next_job_and_is
     before each job, so every stream it opens ends so, more times in a row than ``attempts`` (3) allows failures
     without an answer: the run still judges every job, each on a stream opened when the job was ready (before:
     reopened at once, idle, ended again, and the run stopped after 3)."""
-    answers, submitter, server = _run(lambda item, _: ("ok", 0.0), _paused(dict.fromkeys(range(5), 0.5), 5),
+    answers, submitter, server = _run(lambda item, _: ("ok", 0.0), paused_jobs(dict.fromkeys(range(5), 0.5), 5),
                                       idle_end_s=0.1)  # fmt: skip
     assert [a.index for a in answers] == list(range(5))
     assert all(a.response is not None and a.response.HasField("result") and not a.left for a in answers), answers

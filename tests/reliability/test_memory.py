@@ -223,14 +223,10 @@ def test_stream_submitters_share_one_place_and_a_paused_one_does_not_hold_it(tmp
     from negt2i.client import EvaluatorClient
     from negt2i.run.stream import RetryPolicy, StreamSubmitter
     from negt2i.wire.v1 import evaluator_pb2
+    from tests.orchestrator.test_stream import paused_jobs
 
     def prepare(job: int) -> evaluator_pb2.EvaluateRequest:
         return evaluator_pb2.EvaluateRequest.FromString(request_bytes(2000))
-
-    def jobs(count: int, pause_before: dict[int, float]) -> Any:
-        for i in range(count):
-            time.sleep(pause_before.get(i, 0.0))
-            yield i
 
     env = {"NEGT2I_AUTH_TOKEN": TOKEN, "NEGT2I_MAX_STREAM_RECEIVING": "1", "NEGT2I_RECEIVE_TIMEOUT_S": "1"}
     results: dict[str, tuple[list[Any], Any]] = {}
@@ -239,7 +235,7 @@ def test_stream_submitters_share_one_place_and_a_paused_one_does_not_hold_it(tmp
         with EvaluatorClient(target, token=TOKEN, timeout=None) as client:
             submitter = StreamSubmitter(client, prepare, window=4, policy=RetryPolicy(item_timeout=60),
                                         warn=lambda _: None, idle_close=60.0)  # fmt: skip
-            results[name] = (list(submitter.run(jobs(count, pause_before))), submitter.stats)
+            results[name] = (list(submitter.run(paused_jobs(pause_before, count))), submitter.stats)
 
     with start(env, tmp_path) as server:
         paused = threading.Thread(target=run, args=("paused", 2, {1: 4.0}, server.target))
