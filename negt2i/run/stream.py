@@ -330,7 +330,7 @@ class StreamSubmitter(Generic[T]):
                     if idle_from is not None:
                         wait = min(wait, idle_from + self.idle_close - now)
                     self._cond.wait(min(max(wait, 0.01), 1.0))
-            idle_from = None
+            idle_from = None  # the idle clock restarts after a send, even if its answer comes before the next look
             yield request
 
     def _read(self, call: Any, generation: int) -> None:
