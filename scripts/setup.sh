@@ -129,18 +129,35 @@ if [ -x .venv/bin/python ] && [ -n "${PYTHON:-}" ]; then
         exit 1
     fi
 fi
-stamp_key=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)
+# The exact versions come from requirements.lock (`make lock`), the one lock that the images, `make
+# test-pythons` and the README's "tested versions" install share: every distribution at its locked version,
+# hash-checked, nothing else (uv pip sync removes what the lock does not name). A lock made from another
+# pyproject.toml is refused.
+LOCK=requirements.lock
+"$PY" docker/requirements.py --check-lock "$LOCK" || exit 1
+stamp_key=$(cat pyproject.toml "$LOCK" scripts/setup.sh docker/requirements.py | sha256sum | cut -c1-16)
 stamp=.venv/.setup-$stamp_key
 if [ -f "$stamp" ]; then
     exit 0
 fi
+start=$SECONDS
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-echo "setup: installing into .venv (first run takes several minutes)"
-"${PIP[@]}" --upgrade pip setuptools wheel
-"${PIP[@]}" "torch==2.14.1" "torchvision==0.29.1"
-SAM2_BUILD_CUDA=0 SAM2_BUILD_ALLOW_ERRORS=1 "${PIP[@]}" --no-build-isolation "sam2>=1.1,<2"
-"${PIP[@]}" -e ".[dev,models,serving,reports,generate]"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+echo "setup: installing the locked versions ($(grep -c '^[A-Za-z0-9]' "$LOCK") distributions of $LOCK) into .venv;" \
+    "a first run downloads about 3.5 GB (torch and its CUDA libraries are most of it): 10 to 50 minutes"
+# uv itself at its locked version, hash-checked, with the venv's pip; then uv installs the rest.
+"$PY" docker/requirements.py --lock-entries uv "$LOCK" > "$tmp/uv.txt"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$tmp/uv.txt"
+UV=.venv/bin/uv
+in_venv=(--python .venv/bin/python)
+# sam2's build imports torch (its build runs in .venv, without build isolation and without its optional CUDA
+# extension), so everything else goes in first.
+"$PY" docker/requirements.py --lock-entries '!sam2' "$LOCK" > "$tmp/without-sam2.txt"
+"$UV" pip install "${in_venv[@]}" --require-hashes --no-deps -r "$tmp/without-sam2.txt"
+SAM2_BUILD_CUDA=0 SAM2_BUILD_ALLOW_ERRORS=1 "$UV" pip sync "${in_venv[@]}" --require-hashes --no-build-isolation "$LOCK"
+# The project itself, editable, built with the locked setuptools (no build isolation: nothing unlocked).
+"$UV" pip install "${in_venv[@]}" --no-deps --no-build-isolation -e .
 rm -f .venv/.setup-*
 touch "$stamp"
-echo "setup: .venv ready"
+echo "setup: .venv ready in $((SECONDS - start)) s"
