@@ -354,7 +354,7 @@ def run_checks(
             json_items = [_item(stage, png, masks, boxes), _item(stage, png2, masks2, boxes2)]
             items = [adapter.from_json(i, spec.item) for i in json_items]
             headers = {"content-type": adapter.PROTOBUF_TYPE}
-            r = client.post(route, content=spec.request(items=items).SerializeToString(), headers=headers)
+            r = client.post(route, content=spec.request_of(items).SerializeToString(), headers=headers)
             _expect(r.status_code == 200, f"a binary body (listed in /info) got HTTP {r.status_code}: {r.text[:200]}")
             ctype = r.headers.get("content-type", "").split(";")[0].strip()
             _expect(ctype == adapter.PROTOBUF_TYPE, f"a binary body must be answered in binary, got {ctype!r}")

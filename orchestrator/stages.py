@@ -480,7 +480,7 @@ class RemoteStages:
     def _body(stage: str, item: Message, binary: bool) -> bytes:
         spec = STAGE_TABLE[stage]
         if binary:
-            return spec.request(items=[item]).SerializeToString()
+            return spec.request_of([item]).SerializeToString()
         return json.dumps({"items": [adapter.to_json(item)]}, separators=(",", ":")).encode()
 
     async def _post(self, stage: str, body: bytes, binary: bool, deadline: float) -> httpx.Response:

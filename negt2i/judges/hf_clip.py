@@ -89,7 +89,7 @@ def tiny_clip(seed: int = 0) -> tuple[Any, Any, Any]:
     tok.post_processor = processors.TemplateProcessing(
         single="<|startoftext|> $A <|endoftext|>", special_tokens=[("<|startoftext|>", bos), ("<|endoftext|>", eos)]
     )
-    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call, unused-ignore]
         tokenizer_object=tok, bos_token="<|startoftext|>", eos_token="<|endoftext|>", pad_token="<|endoftext|>",
         model_max_length=MAX_TOKENS,
     )  # fmt: skip
@@ -103,7 +103,7 @@ def tiny_clip(seed: int = 0) -> tuple[Any, Any, Any]:
     )  # fmt: skip
     image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     torch.manual_seed(seed)
-    return CLIPModel(config).eval(), image_processor, tokenizer  # type: ignore[no-untyped-call]
+    return CLIPModel(config).eval(), image_processor, tokenizer  # type: ignore[no-untyped-call, unused-ignore]
 
 
 def _build(name: str, processor_entry: str | None) -> Any:
@@ -126,7 +126,7 @@ def _build(name: str, processor_entry: str | None) -> Any:
             verified = weights.verify(name, weights_dir)
             processor_folder = weights.verify(processor_entry, weights_dir).folder if processor_entry else None
             source = processor_folder or verified.folder
-            image_processor = AutoImageProcessor.from_pretrained(source, local_files_only=True)  # type: ignore[no-untyped-call]
+            image_processor = AutoImageProcessor.from_pretrained(source, local_files_only=True)  # type: ignore[no-untyped-call, unused-ignore]
             tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
             model = CLIPModel.from_pretrained(verified.folder, dtype=torch_dtype, local_files_only=True)
             revision, sha = verified.revision, verified.sha256

@@ -76,7 +76,7 @@ class DepthAnythingEstimator:
 
         verified = weights.verify(BACKEND, weights_dir)
         dev = resolve_device(device)
-        processor = AutoImageProcessor.from_pretrained(verified.folder, local_files_only=True)  # type: ignore[no-untyped-call]
+        processor = AutoImageProcessor.from_pretrained(verified.folder, local_files_only=True)  # type: ignore[no-untyped-call, unused-ignore]
         model = DepthAnythingForDepthEstimation.from_pretrained(verified.folder, local_files_only=True)
         model.to(dev)  # type: ignore[arg-type]  # transformers types .to() oddly
         info = model_info("depth", BACKEND, MODEL, dist="transformers", device=dev, weights=verified, dtype=dtype)

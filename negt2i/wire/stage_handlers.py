@@ -267,7 +267,7 @@ class StageHandler:
                     value = Ready(value, self.backend.prepare(_BACKEND_REQUEST[self.stage](value)))
                 out.append(Prepared(msg, value))
             except Exception as exc:
-                out.append(Prepared(msg, failure=self.spec.result(error=adapter.item_failure(exc))))
+                out.append(Prepared(msg, failure=self.spec.failed_result(adapter.item_failure(exc))))
         return out
 
     def run(self, inputs: list[Any]) -> list[Any]:
@@ -311,7 +311,7 @@ class StageHandler:
                 result = self._pack_one(p.msg, out)
                 result.model_digest = digest  # type: ignore[attr-defined]
             except Exception as exc:
-                result = self.spec.result(error=adapter.item_failure(exc))
+                result = self.spec.failed_result(adapter.item_failure(exc))
             results.append(result)
         return results
 

@@ -42,6 +42,16 @@ class StageSpec:
     response: type[Message]
     """The binary answer of the route: ``repeated <result> results = 1``."""
 
+    def request_of(self, items: Sequence[Message]) -> Message:
+        """The route's binary body (``request``) holding ``items``."""
+        make: Callable[..., Message] = self.request  # generated messages take their fields as keywords
+        return make(items=items)
+
+    def failed_result(self, error: Message) -> Message:
+        """A ``result`` message that carries only ``error`` (an ``ItemError``): one item that failed."""
+        make: Callable[..., Message] = self.result
+        return make(error=error)
+
 
 def _detect_probe(png: bytes, masks: Any, boxes: Any, names: Sequence[str]) -> Message:
     return stages_pb2.DetectItem(image=adapter.image_to_proto(png))
