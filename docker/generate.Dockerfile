@@ -11,7 +11,7 @@
 # arguments as services/Dockerfile (docs/deployment.md). No weights in the image: the Job
 # reads a Hugging Face cache from the weights volume (HF_HOME) with HF_HUB_OFFLINE=1.
 
-ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.11.12
+ARG UV_IMAGE=ghcr.io/astral-sh/uv:0.11.33
 ARG CUDA_IMAGE=nvidia/cuda:13.0.1-base-ubuntu22.04
 
 FROM ${UV_IMAGE} AS uv
@@ -61,13 +61,13 @@ FROM python AS torch
 
 ARG UV_DEFAULT_INDEX=""
 
-# torch alone (pinned by pyproject.toml and docker/constraints.txt): the largest layer.
-COPY docker/constraints.txt /build/
+# torch alone (pinned by pyproject.toml and requirements.lock): the largest layer.
+COPY requirements.lock /build/
 COPY --from=requirements /build/torch.txt /build/
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
     --mount=type=cache,target=/root/.cache/uv \
     if [ -z "$UV_DEFAULT_INDEX" ]; then unset UV_DEFAULT_INDEX; fi \
-    && uv pip install -c /build/constraints.txt -r /build/torch.txt \
+    && uv pip install -c /build/requirements.lock -r /build/torch.txt \
     && rm -rf /tmp/*
 # ---- end of the torch stage ----
 
@@ -78,20 +78,20 @@ ARG UV_DEFAULT_INDEX=""
 # The generate extra (diffusers, accelerate, transformers), the judges extra (open_clip; the
 # judges Job, k8s/jobs/judges, runs this image), the gRPC client (the serving
 # extra without BentoML) and bitsandbytes (4-bit presets; a CUDA-only wheel), all pinned
-# in docker/constraints.txt (checked here).
+# in requirements.lock (checked here).
 COPY docker/requirements.py /build/
 COPY --from=requirements /build/generate.txt /build/requirements.txt
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
     --mount=type=cache,target=/root/.cache/uv \
     if [ -z "$UV_DEFAULT_INDEX" ]; then unset UV_DEFAULT_INDEX; fi \
-    && uv pip install -c /build/constraints.txt -r /build/requirements.txt bitsandbytes \
-    && python /build/requirements.py --check-pinned /build/constraints.txt \
+    && uv pip install -c /build/requirements.lock -r /build/requirements.txt bitsandbytes \
+    && python /build/requirements.py --check-pinned /build/requirements.lock \
     && rm -rf /tmp/*
 
 COPY README.md pyproject.toml /src/
 COPY negt2i /src/negt2i
 RUN --mount=from=uv,source=/uv,target=/usr/local/bin/uv \
-    uv pip install --no-deps /src \
+    uv pip install --no-deps --build-constraint /build/requirements.lock /src \
     && rm -rf /src /build /tmp/*
 COPY data/negt2ibench.jsonl data/negt2ibench.meta.json /app/data/
 

@@ -9,22 +9,9 @@
 # made from another pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export UV_PYTHON_DOWNLOADS=never  # uv uses the interpreters given to it, never one it downloads
 LOCK=requirements.lock
-UV=${UV:-}
-if [ -z "$UV" ]; then
-    if [ -x .venv/bin/uv ]; then
-        UV=.venv/bin/uv
-    else  # uv at the lock's version, hash-checked, in a throwaway environment
-        tmp=$(mktemp -d)
-        trap 'rm -rf "$tmp"' EXIT
-        PY=${PYTHON:-python3}
-        "$PY" -m venv "$tmp/venv"
-        "$PY" docker/requirements.py --lock-entries uv "$LOCK" > "$tmp/uv.txt"
-        "$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps \
-            -r "$tmp/uv.txt"
-        UV=$tmp/venv/bin/uv
-    fi
-fi
+UV=${UV:-$(scripts/uv.sh)}
 args=(pip compile pyproject.toml --all-extras --universal --python-version 3.11 --generate-hashes
     --custom-compile-command "make lock" --no-progress --quiet -o "$LOCK")
 case "${UPGRADE:-0}" in

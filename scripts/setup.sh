@@ -7,6 +7,7 @@
 # reason (its build imports torch) and without its optional CUDA extension.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export UV_PYTHON_DOWNLOADS=never  # uv uses the interpreters given to it, never one it downloads
 # Python 3.11, 3.12 or 3.13 (pyproject's requires-python): PYTHON, else the first of python3.11, python3.12,
 # python3.13 on PATH. torch==2.14.1 comes from wherever pip finds a wheel for that Python (a local wheel store
 # through pip's find-links / extra index, else PyPI: cp311, cp312 and cp313 wheels exist there).
@@ -34,6 +35,11 @@ if ! "$PY" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] <= (3, 
         "supports 3.11, 3.12 and 3.13 (set PYTHON=/path/to/python3.X)" >&2
     exit 1
 fi
+
+# The exact versions come from requirements.lock (`make lock`); a lock made from another pyproject.toml is
+# refused before anything is installed.
+LOCK=requirements.lock
+"$PY" docker/requirements.py --check-lock "$LOCK" || exit 1
 
 # The Node.js client (clients/node) that tests/clients runs against a real orchestrator: `npm ci` from its
 # committed package-lock.json (exact versions, no install scripts), again only when the lock file changed.
@@ -129,13 +135,10 @@ if [ -x .venv/bin/python ] && [ -n "${PYTHON:-}" ]; then
         exit 1
     fi
 fi
-# The exact versions come from requirements.lock (`make lock`), the one lock that the images, `make
-# test-pythons` and the README's "tested versions" install share: every distribution at its locked version,
-# hash-checked, nothing else (uv pip sync removes what the lock does not name). A lock made from another
-# pyproject.toml is refused.
-LOCK=requirements.lock
-"$PY" docker/requirements.py --check-lock "$LOCK" || exit 1
-stamp_key=$(cat pyproject.toml "$LOCK" scripts/setup.sh docker/requirements.py | sha256sum | cut -c1-16)
+# requirements.lock is the one lock that the images, `make test-pythons` and the README's "tested versions"
+# install share: every distribution at its locked version, hash-checked, nothing else (uv pip sync removes
+# what the lock does not name).
+stamp_key=$(cat pyproject.toml "$LOCK" scripts/setup.sh scripts/uv.sh docker/requirements.py | sha256sum | cut -c1-16)
 stamp=.venv/.setup-$stamp_key
 if [ -f "$stamp" ]; then
     exit 0
@@ -146,10 +149,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "setup: installing the locked versions ($(grep -c '^[A-Za-z0-9]' "$LOCK") distributions of $LOCK) into .venv;" \
     "a first run downloads about 3.5 GB (torch and its CUDA libraries are most of it): 10 to 50 minutes"
-# uv itself at its locked version, hash-checked, with the venv's pip; then uv installs the rest.
-"$PY" docker/requirements.py --lock-entries uv "$LOCK" > "$tmp/uv.txt"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r "$tmp/uv.txt"
-UV=.venv/bin/uv
+# uv at its locked version (scripts/uv.sh: hash-checked from the lock); it installs the rest.
+UV=$(PYTHON="$PY" scripts/uv.sh)
 in_venv=(--python .venv/bin/python)
 # sam2's build imports torch (its build runs in .venv, without build isolation and without its optional CUDA
 # extension), so everything else goes in first.

@@ -2,13 +2,15 @@
 # `make test-pythons`: the pure core on the other supported Pythons (3.12, 3.13; the whole suite runs on 3.11).
 #
 # For each version V in PYTHONS (default "3.12 3.13"): a virtual environment .venv-V/ with the core profile
-# (`pip install .`: numpy, scipy, pydantic, ... no torch) plus pytest and hypothesis, then the smoke subset
+# (`pip install .` at requirements.lock's versions: numpy, scipy, pydantic, ... no torch) plus pytest and
+# hypothesis (uv from scripts/uv.sh, constrained by the lock), then the smoke subset
 # below: the rules, verdicts, prompt records, measurements, the CLI and the corpus validator. The interpreter
 # is python3.V on PATH, else ~/.pyenv/versions/V.*/bin/python3.V. In CI (CI=true) a missing interpreter is an
 # error; elsewhere that version is skipped with a message. Re-runs reuse .venv-V until pyproject.toml or this
 # script changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export UV_PYTHON_DOWNLOADS=never  # uv uses the interpreters given to it, never one it downloads
 PYTHONS=${PYTHONS:-"3.12 3.13"}
 
 # Test files that need only the core profile (no torch, OpenCV, protobuf, matplotlib); the two deselected
@@ -57,11 +59,11 @@ for v in $PYTHONS; do
     found[$v]=$py
 done
 
-key=$(cat pyproject.toml scripts/smoke_pythons.sh | sha256sum | cut -c1-16)
-make_venv() {  # the core profile from the wheel built below: `pip install .` without two builds in one tree
+key=$(cat pyproject.toml requirements.lock scripts/smoke_pythons.sh | sha256sum | cut -c1-16)
+UV=$(scripts/uv.sh)
+make_venv() {  # the core profile from the wheel built below at the lock's versions (requirements.lock)
     local v=$1 venv=.venv-$1
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$wheel" "pytest>=8" \
-        "hypothesis>=6.100" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+    "$UV" pip install --quiet --python "$venv/bin/python" -c requirements.lock "$wheel" pytest hypothesis
     "$venv/bin/python" -c 'import negt2i, pytest, hypothesis'
     touch "$venv/.smoke-$key"
 }
@@ -78,8 +80,8 @@ done
 if [ ${#todo[@]} -gt 0 ]; then
     dist=$(mktemp -d)
     trap 'rm -rf "$dist"' EXIT
-    ".venv-${todo[0]}/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$dist" . \
-        2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+    "$UV" build --quiet --wheel --build-constraint requirements.lock --python ".venv-${todo[0]}/bin/python" \
+        -o "$dist" .
     wheel=$(echo "$dist"/negt2ibench-*.whl)
     pids=()
     for v in "${todo[@]}"; do

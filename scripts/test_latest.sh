@@ -8,6 +8,7 @@
 # (`make setup`); ARGS passes pytest arguments (default: the whole suite as `make unit` runs it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export UV_PYTHON_DOWNLOADS=never  # uv uses the interpreters given to it, never one it downloads
 VENV=.venv-latest
 UV=.venv/bin/uv
 PY=${PYTHON:-.venv/bin/python}
@@ -24,8 +25,8 @@ if [ "${KEEP:-0}" != 1 ] || [ ! -x "$VENV/bin/python" ]; then
 fi
 echo "test-latest: $("$VENV/bin/python" -m pip --version 2>/dev/null | cut -d' ' -f1-2 || true) newest allowed versions:"
 "$UV" pip list --python "$VENV/bin/python" --format freeze > "$VENV/versions.txt"
-diff <("$PY" docker/requirements.py --lock-entries '!' requirements.lock | grep -E '^[A-Za-z0-9]' | sed 's/ .*//') \
-    <(grep -v '^negt2ibench' "$VENV/versions.txt") | grep '^[<>]' || echo "(same versions as the lock)"
+{ diff <("$PY" docker/requirements.py --lock-entries '!' requirements.lock | grep -E '^[A-Za-z0-9]' | sed 's/ .*//') \
+    <(grep -v '^negt2ibench' "$VENV/versions.txt") || true; } | sed -n 's/^< /  lock:   /p; s/^> /  latest: /p'
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 "$VENV/bin/mypy"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.k8s.helpers import ORCHESTRATOR_PORT, REPO, STAGE_PORT, STAGES, by_kind, hadolint, release, rendered, tool
+from tests.lockfile import lock_entries, lock_version
 
 STAGE_DOCKERFILE = REPO / "services" / "Dockerfile"
 """The one Dockerfile of the four stage images (one build target per stage)."""
@@ -120,8 +121,12 @@ def test_base_images_are_build_arguments_pinned_to_exact_versions(name: str) -> 
         # An exact patch release, never a floating major/minor tag.
         assert re.match(r"\d+\.\d+\.\d+(-|$)", tag), f"{image}: tag {tag!r} is not an exact version"
     resolved = set(images.values())
+    # uv installs every image's packages, at the version requirements.lock pins for `make setup` too
+    uv_images = {i for i in resolved if i.startswith("ghcr.io/astral-sh/uv:")}
+    assert uv_images == {f"ghcr.io/astral-sh/uv:{lock_version('uv')}"}, uv_images
     if name == "orchestrator":
-        assert {re.sub(r"3\.11\.\d+", "3.11.N", i) for i in resolved} == {"python:3.11.N-slim-bookworm"}, resolved
+        python = {re.sub(r"3\.11\.\d+", "3.11.N", i) for i in resolved - uv_images}
+        assert python == {"python:3.11.N-slim-bookworm"}, resolved
     else:
         assert any(i.startswith("nvidia/cuda:") and i.endswith("-ubuntu22.04") for i in resolved)
         assert any(i.startswith("ghcr.io/astral-sh/uv:") for i in resolved)
@@ -148,7 +153,7 @@ def test_dependencies_are_installed_before_the_code_is_copied(name: str) -> None
     # Only the dependency description reaches the dependency layers: pyproject.toml only in the `requirements`
     # stage, which derives the lists the install layers copy (an edit to pyproject.toml that changes no list
     # rebuilds no dependency layer).
-    allowed = {"pyproject.toml", "docker/requirements.py", "docker/constraints.txt"}
+    allowed = {"pyproject.toml", "docker/requirements.py", "requirements.lock"}
     assert before and all(
         set(a.split()[:-1]) <= allowed
         or (a.startswith("--from=requirements ") and all(w.startswith("/build/") for w in a.split()[1:]))
@@ -158,7 +163,7 @@ def test_dependencies_are_installed_before_the_code_is_copied(name: str) -> None
     copies_pyproject = {s for s, ins in built.items() if any(i == "COPY" and "pyproject.toml" in a.split()[:-1]
                                                              and "/src/" not in a for i, a in ins)}  # fmt: skip
     assert copies_pyproject == {"requirements"}, copies_pyproject
-    assert "-c /build/constraints.txt" in instrs[deps][1], "install with the tested constraints"
+    assert "-c /build/requirements.lock" in instrs[deps][1], "install with the tested constraints"
     # Build arguments that change per build (version, revision) come after the dependency
     # layers: an ARG in scope changes the cache key of every later RUN.
     version_arg = _first(instrs, lambda ins: ins[0] == "ARG" and ins[1].startswith("VERSION"))
@@ -210,7 +215,7 @@ def test_the_torch_stage_is_identical_in_the_stage_and_generate_dockerfiles() ->
         assert ("COPY", "--from=requirements /build/torch.txt /build/") in torch_stage
         assert all("pyproject.toml" not in a for _, a in torch_stage)  # only the derived list reaches the layer
         (install,) = [a for ins, a in torch_stage if ins == "RUN" and "torch.txt" in a]
-        assert "uv pip install -c /build/constraints.txt -r /build/torch.txt &&" in install
+        assert "uv pip install -c /build/requirements.lock -r /build/torch.txt &&" in install
         after = "runtime" if name == "stage" else "generate"
         assert stages(ALL_DOCKERFILES[name])[after][0] == ("FROM", f"torch AS {after}")  # built on it
 
@@ -219,27 +224,27 @@ def test_the_torch_stage_is_identical_in_the_stage_and_generate_dockerfiles() ->
 def test_every_installed_distribution_is_pinned(name: str) -> None:
     """Each install uses the tested constraints and is followed, in the same layer, by the check that every
     distribution installed is pinned there (``docker/requirements.py --check-pinned``); packages named on
-    an install line are pinned in docker/constraints.txt."""
-    pins = {}
-    for line in (REPO / "docker" / "constraints.txt").read_text().splitlines():
-        if "==" in line and not line.startswith("#"):
-            pkg, _, version = line.partition("==")
-            pins[re.sub(r"[-_.]+", "-", pkg).lower()] = version
+    an install line are pinned in requirements.lock."""
+    pins = lock_entries()
     installs = [a for ins, a in instructions(ALL_DOCKERFILES[name]) if ins == "RUN" and "install" in a]
     for run in installs:
         for command in re.split(r"&&", run):
-            if not re.search(r"\bpip install\b", command) or "--no-deps /src" in command:
+            if not re.search(r"\bpip install\b", command):
                 continue
-            assert "-c /build/constraints.txt" in command, command
+            if command.rstrip().endswith(" /src"):  # the project itself: no dependencies, build tools locked
+                assert "--no-deps --build-constraint /build/requirements.lock /src" in command, command
+                continue
+            assert "-c /build/requirements.lock" in command, command
             words = command.split()
             for i, word in enumerate(words):
-                if word.startswith("-") or words[i - 1] in ("-c", "-r", "--no-build-isolation-package"):
+                if word.startswith("-") or words[i - 1] in ("-c", "-r", "--no-build-isolation-package",
+                                                            "--build-constraint"):  # fmt: skip
                     continue
                 if word in ("pip", "install", "uv", "python") or ("=" in word and word.split("=")[0].isupper()):
                     continue
                 assert re.sub(r"[-_.]+", "-", word).lower() in pins, f"{name}: {word} is not pinned"
     deps = [a for a in installs if "requirements.txt" in a]
-    assert deps and all("requirements.py --check-pinned /build/constraints.txt" in a for a in deps)
+    assert deps and all("requirements.py --check-pinned /build/requirements.lock" in a for a in deps)
 
 
 def test_the_pinned_check_names_what_is_not_pinned(tmp_path: Path) -> None:
@@ -272,7 +277,9 @@ def test_no_build_leftovers(name: str) -> None:
     assert "rm -rf /src /build /tmp/*" in runs[-1]
     mounts = " ".join(runs)
     assert "--mount=type=cache,target=/root/.cache/uv" in mounts or name == "orchestrator"  # a cache, not a layer
-    assert name != "orchestrator" or all("--no-cache-dir" in a for a in runs if "pip install" in a)
+    if name == "orchestrator":  # no uv cache mount there: no cache at all, so nothing is left in a layer
+        env = " ".join(a for ins, a in instructions(ALL_DOCKERFILES[name]) if ins == "ENV")
+        assert "UV_NO_CACHE=1" in env.split()
 
 
 def test_the_orchestrator_image_listens_on_every_interface_and_bare_metal_on_loopback() -> None:
