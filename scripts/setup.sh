@@ -148,7 +148,7 @@ start=$SECONDS
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "setup: installing the locked versions ($(grep -c '^[A-Za-z0-9]' "$LOCK") distributions of $LOCK) into .venv;" \
-    "a first run downloads about 3.5 GB (torch and its CUDA libraries are most of it): 10 to 50 minutes"
+    "a first run downloads about 3 GB (torch and its CUDA libraries): 1 to 10 minutes, mostly the network"
 # uv at its locked version (scripts/uv.sh: hash-checked from the lock); it installs the rest.
 UV=$(PYTHON="$PY" scripts/uv.sh)
 in_venv=(--python .venv/bin/python)
