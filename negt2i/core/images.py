@@ -18,7 +18,11 @@ same way whichever path it takes. Rules, in order:
    libraries switch Pillow's own check off). A JPEG with more than
    ``MAX_JPEG_SEGMENTS`` marker segments before its image data is refused in
    the same walk (a valid file padded with millions of empty segments would
-   otherwise cost seconds per MiB in Pillow's parser).
+   otherwise cost seconds per MiB in Pillow's parser). Likewise a PNG with more than
+   ``MAX_PNG_ANCILLARY_CHUNKS`` ancillary chunks (``tEXt``, ``zTXt``, ``iTXt``, ``eXIf``, ...:
+   any chunk whose type begins with a lower-case letter) or more than ``MAX_PNG_CHUNKS``
+   chunks in all is refused by a walk over its chunk headers before Pillow sees it (a valid
+   PNG padded with a million ``tEXt`` chunks cost 49 s of Pillow's parsing).
 3. **EXIF orientation** (tag 274) is applied, as GenEval does
    (``ImageOps.exif_transpose``): a JPEG that a viewer shows upright is judged
    upright. Boxes, masks and disparity maps are in the coordinates of the
@@ -62,6 +66,14 @@ MAX_JPEG_SEGMENTS: Final = 1024
 dozen (an ICC profile split in its maximum 255 APP2 chunks stays far below); a valid JPEG padded with millions
 of empty segments would otherwise cost seconds per MiB to walk, here and in Pillow's parser."""
 
+MAX_PNG_ANCILLARY_CHUNKS: Final = 1024
+"""Most ancillary chunks (type beginning with a lower-case letter: text, EXIF, ICC, time, physical size ...) a
+PNG may have. Real files have a handful; Pillow parses each one (a million ``tEXt`` chunks: 49 s)."""
+
+MAX_PNG_CHUNKS: Final = 65536
+"""Most chunks of any kind a PNG may have. Encoders split the pixel data into ``IDAT`` chunks of 8 KiB (libpng)
+to 1 MiB: a 4096 x 4096 RGBA image that does not compress at all needs about 8,200 chunks of 8 KiB."""
+
 _ACCEPTED_TEXT: Final = "PNG, JPEG or WebP"
 
 
@@ -80,6 +92,8 @@ def decode_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:
     if not data:
         raise ImageError("empty file")
     declared = _jpeg_frame(data) if data[:2] == b"\xff\xd8" else header_size(data)
+    if data[:8] == _PNG_SIGNATURE:
+        _check_png_chunks(data)
     if declared is not None:
         _check_pixels(*declared, max_pixels)
     try:
@@ -230,6 +244,32 @@ def _jpeg_frame(data: bytes) -> tuple[int, int] | None:
             size = int.from_bytes(data[i + 7 : i + 9], "big"), int.from_bytes(data[i + 5 : i + 7], "big")
         i += 2 + length
     return size
+
+
+_PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_png_chunks(data: bytes) -> None:
+    """Walk a PNG's chunk headers (length, type; the data and CRC are skipped) up to ``IEND``, the end, or a
+    truncated header, and raise ``ImageError`` when it has more than ``MAX_PNG_ANCILLARY_CHUNKS`` ancillary
+    chunks or more than ``MAX_PNG_CHUNKS`` chunks. The walk stops at the first count over its limit, so it costs
+    at most ``MAX_PNG_CHUNKS`` steps whatever the file's size; corrupt chunks are left to Pillow."""
+    i, chunks, ancillary = 8, 0, 0
+    while i + 8 <= len(data):
+        kind = data[i + 4 : i + 8]
+        chunks += 1
+        if chunks > MAX_PNG_CHUNKS:
+            raise ImageError(f"PNG has more than {MAX_PNG_CHUNKS} chunks")
+        if kind[:1].islower():  # bit 5 of the first byte: ancillary
+            ancillary += 1
+            if ancillary > MAX_PNG_ANCILLARY_CHUNKS:
+                raise ImageError(
+                    f"PNG has more than {MAX_PNG_ANCILLARY_CHUNKS} ancillary chunks (text, metadata: "
+                    f"{kind.decode('latin-1')!r} ...)"
+                )
+        if kind == b"IEND":
+            return
+        i += 12 + int.from_bytes(data[i : i + 4], "big")
 
 
 def load_image(path: str | Path, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Image:

@@ -166,3 +166,64 @@ def test_a_jpeg_padded_with_empty_segments_is_refused_at_the_limit(where: dict):
     with pytest.raises(ImageError, match="marker segments"):
         decode_image(huge)
     assert header_size(huge) is None  # admission: no size, only the bytes are charged
+
+
+def _chunk(kind: bytes, payload: bytes) -> bytes:
+    import zlib
+
+    return len(payload).to_bytes(4, "big") + kind + payload + zlib.crc32(kind + payload).to_bytes(4, "big")
+
+
+def _padded_png(text_chunks: int, *, after_pixels: bool = False, idat_split: int = 0) -> bytes:
+    """A valid PNG with ``text_chunks`` ``tEXt`` chunks inserted after IHDR (or after the pixel data), and its
+    pixel data split into ``idat_split`` ``IDAT`` chunks when given."""
+    data = encoded(PIXELS, "PNG")
+    ihdr_end = 8 + 12 + int.from_bytes(data[8:12], "big")
+    idat = data.index(b"IDAT") - 4
+    iend = data.index(b"IEND") - 4
+    pixels = data[idat:iend]
+    if idat_split:
+        stream = b"".join(pixels[j + 8 : j + 8 + int.from_bytes(pixels[j : j + 4], "big")]
+                          for j in _chunk_offsets(pixels))  # fmt: skip
+        step = max(1, -(-len(stream) // idat_split))
+        pieces = [stream[k : k + step] for k in range(0, len(stream), step)]
+        pieces += [b""] * (idat_split - len(pieces))  # empty IDAT chunks are valid
+        pixels = b"".join(_chunk(b"IDAT", piece) for piece in pieces)
+    text = _chunk(b"tEXt", b"Comment\x00x") * text_chunks
+    head, tail = data[:ihdr_end], data[iend:]
+    middle = data[ihdr_end:idat]
+    if after_pixels:
+        return head + middle + pixels + text + tail
+    return head + text + middle + pixels + tail
+
+
+def _chunk_offsets(chunks: bytes) -> list[int]:
+    offsets, j = [], 0
+    while j + 8 <= len(chunks):
+        offsets.append(j)
+        j += 12 + int.from_bytes(chunks[j : j + 4], "big")
+    return offsets
+
+
+@pytest.mark.parametrize("after_pixels", [False, True])
+def test_a_png_padded_with_text_chunks_is_refused_at_the_limit(after_pixels: bool):
+    from negt2i.core.images import MAX_PNG_ANCILLARY_CHUNKS
+
+    at_limit = _padded_png(MAX_PNG_ANCILLARY_CHUNKS, after_pixels=after_pixels)
+    assert (decode_image(at_limit) == PIXELS).all()  # the file has no other ancillary chunk
+    with pytest.raises(ImageError, match=f"more than {MAX_PNG_ANCILLARY_CHUNKS} ancillary chunks .*'tEXt'"):
+        decode_image(_padded_png(MAX_PNG_ANCILLARY_CHUNKS + 1, after_pixels=after_pixels))
+    # a million of them (15 MB; 49 s of Pillow's parsing before): refused by the walk after the limit
+    huge = _padded_png(1_000_000, after_pixels=after_pixels)
+    assert len(huge) > 15_000_000
+    with pytest.raises(ImageError, match="ancillary chunks"):
+        decode_image(huge)
+
+
+def test_pixel_data_in_many_idat_chunks_is_decoded_up_to_the_chunk_limit():
+    from negt2i.core.images import MAX_PNG_CHUNKS
+
+    many = _padded_png(0, idat_split=MAX_PNG_CHUNKS - 2)  # + IHDR + IEND: exactly the limit
+    assert (decode_image(many) == PIXELS).all()
+    with pytest.raises(ImageError, match=f"more than {MAX_PNG_CHUNKS} chunks"):
+        decode_image(_padded_png(0, idat_split=MAX_PNG_CHUNKS - 1))

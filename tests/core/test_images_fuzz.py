@@ -65,3 +65,38 @@ def test_any_ifd_in_any_container_is_an_image_or_one_image_error(
     outcome, seconds = decode_outcome(with_exif(seed, payload))
     assert outcome in ("image", "ImageError"), f"{fmt} {entries}: {outcome} escaped the decoder"
     assert seconds < LIMIT_S
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    count=st.integers(0, 1400),
+    kind=st.sampled_from([b"tEXt", b"zTXt", b"iTXt", b"tIME", b"pHYs", b"zzZz"]),
+    payload=st.binary(max_size=24),
+    after_pixels=st.booleans(),
+)
+def test_any_ancillary_padding_of_a_png_is_an_image_or_one_image_error(
+    count: int, kind: bytes, payload: bytes, after_pixels: bool
+):
+    """Ancillary chunks of any known or unknown type, with any payload (a zTXt that does not inflate, a tIME of
+    the wrong length), before or after the pixel data: an image or one ImageError within the CPU limit, and a
+    refusal by the chunk walk above MAX_PNG_ANCILLARY_CHUNKS whatever Pillow would have made of them."""
+    import io
+    import zlib
+
+    import numpy as np
+    from PIL import Image as PILImage
+
+    from negt2i.core.images import MAX_PNG_ANCILLARY_CHUNKS, ImageError, decode_image
+
+    buf = io.BytesIO()
+    PILImage.fromarray(np.zeros((6, 9, 3), np.uint8)).save(buf, "PNG")
+    data = buf.getvalue()
+    chunk = struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+    at = data.index(b"IEND") - 4 if after_pixels else 8 + 25  # before IEND, or right after IHDR
+    padded = data[:at] + chunk * count + data[at:]
+    outcome, seconds = decode_outcome(padded)
+    assert outcome in ("image", "ImageError"), outcome
+    assert seconds < LIMIT_S
+    if count > MAX_PNG_ANCILLARY_CHUNKS:
+        with pytest.raises(ImageError, match="ancillary chunks"):
+            decode_image(padded)
