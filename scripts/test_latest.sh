@@ -14,7 +14,7 @@ UV=.venv/bin/uv
 PY=${PYTHON:-.venv/bin/python}
 if [ "${KEEP:-0}" != 1 ] || [ ! -x "$VENV/bin/python" ]; then
     rm -rf "$VENV"
-    "$UV" venv --quiet --python "$PY" "$VENV"
+    "$UV" venv --quiet --seed --python "$PY" "$VENV"  # with pip, as a user's venv has it
     in_venv=(--python "$VENV/bin/python")
     extras=$("$PY" -c 'import tomllib; print(",".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]))')
     # torch first (pinned by pyproject.toml) with setuptools: sam2's build imports torch (no build isolation).
