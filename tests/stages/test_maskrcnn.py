@@ -109,14 +109,14 @@ def test_to_detections_drops_unused_ids_and_low_scores_thresholds_masks_and_clip
         names=names,
         floor=FLOOR,
     )
-    assert det.class_names == ("computer mouse", "person")
-    np.testing.assert_allclose(det.scores, [0.9, 1.0])
-    np.testing.assert_array_equal(det.xyxy, [[3, 2, 9, 5], [0, 0, 20, 10]])
+    assert det.class_names == ("person", "computer mouse")  # by score, highest first (detection_order)
+    np.testing.assert_allclose(det.scores, [1.0, 0.9])
+    np.testing.assert_array_equal(det.xyxy, [[0, 0, 20, 10], [3, 2, 9, 5]])
     assert det.masks.dtype == bool
     expected = np.zeros((h, w), bool)
     expected[2:5, 3:9] = True
-    np.testing.assert_array_equal(det.masks[0], expected)
-    assert det.masks[1].all()
+    assert det.masks[0].all()
+    np.testing.assert_array_equal(det.masks[1], expected)
 
 
 def test_to_detections_keeps_the_floor_itself_and_does_no_suppression():
@@ -128,7 +128,7 @@ def test_to_detections_keeps_the_floor_itself_and_does_no_suppression():
         names=names, floor=FLOOR,
     )  # fmt: skip
     assert det.class_names == ("dog", "dog", "dog")  # identical boxes of one class: all kept
-    np.testing.assert_allclose(det.scores, [FLOOR, 0.6, 0.5])
+    np.testing.assert_allclose(det.scores, [0.6, 0.5, FLOOR])  # by score, highest first
 
 
 def test_to_detections_empty_and_bad_masks():

@@ -44,11 +44,11 @@ def test_to_detections_drops_unknown_ids_and_low_scores_and_clips_boxes():
         names=names,
         floor=0.005,
     )
-    assert det.class_names == ("computer mouse", "person")
-    np.testing.assert_allclose(det.scores, [0.9, 1.0])
-    np.testing.assert_array_equal(det.xyxy, [[3, 2, 9, 5], [0, 0, 20, 10]])
-    np.testing.assert_array_equal(det.masks[0], masks[0])
-    np.testing.assert_array_equal(det.masks[1], masks[3])
+    assert det.class_names == ("person", "computer mouse")  # by score, highest first (detection_order)
+    np.testing.assert_allclose(det.scores, [1.0, 0.9])
+    np.testing.assert_array_equal(det.xyxy, [[0, 0, 20, 10], [3, 2, 9, 5]])
+    np.testing.assert_array_equal(det.masks[0], masks[3])
+    np.testing.assert_array_equal(det.masks[1], masks[0])
 
 
 def test_to_detections_empty_and_maskless():
