@@ -43,7 +43,9 @@ __all__ = [  # select_requested / filter_detections: the core's class filter (ne
     "check_image",
     "check_instance_masks",
     "chunks",
+    "clip_boxes",
     "detect_requested",
+    "detection_order",
     "filter_detections",
     "masked_crop",
     "refine_with_candidates",
@@ -67,6 +69,36 @@ def check_image(image: NDArray[np.uint8]) -> tuple[int, int]:
     return (int(image.shape[0]), int(image.shape[1]))
 
 
+def clip_boxes(xyxy: NDArray[Any], shape_hw: tuple[int, int]) -> NDArray[np.float32]:
+    """``xyxy`` boxes (N, 4) as a float32 copy clipped to the image (x in [0, W], y in [0, H]), x1 >= x0 and
+    y1 >= y0."""
+    h, w = shape_hw
+    boxes = np.array(xyxy, dtype=np.float32).reshape(-1, 4)
+    boxes[:, [0, 2]] = np.clip(boxes[:, [0, 2]], 0, w)
+    boxes[:, [1, 3]] = np.clip(boxes[:, [1, 3]], 0, h)
+    boxes[:, 2] = np.maximum(boxes[:, 2], boxes[:, 0])
+    boxes[:, 3] = np.maximum(boxes[:, 3], boxes[:, 1])
+    return boxes
+
+
+def detection_order(class_names: Sequence[str | None], scores: NDArray[Any], xyxy: NDArray[Any]) -> NDArray[np.intp]:
+    """The order a detector backend returns its detections in: score (as float32, as ``Detections`` stores it)
+    from high to low, then class name, then box (x0, y0, x1, y1) from low to high, then the model's own order.
+
+    The rules break ties between equal scores by this order (the earlier detection wins:
+    ``negt2i.core.flow.select_requested``, ``Detections.indices_of``), so it must not depend on the machine.
+    A model's own order among equal scores may: torchvision's batched NMS (Mask R-CNN) sorts with an unstable
+    sort, which leaves equal values in whatever order its kernel does (CPU and GPU kernels, and versions, need
+    not agree). Here equal scores are ordered by what the detections are. (Scores that differ only by float32
+    rounding between machines keep the order of their values there: no tie-break can order them alike.)
+    """
+    n = len(class_names)
+    s = np.asarray(scores, dtype=np.float32).reshape(n)
+    b = np.asarray(xyxy, dtype=np.float32).reshape(n, 4)
+    names = np.array([c or "" for c in class_names], dtype=str)
+    return np.lexsort((np.arange(n), b[:, 3], b[:, 2], b[:, 1], b[:, 0], names, -s)).astype(np.intp)
+
+
 def select_detections(
     class_id: NDArray[Any],
     confidence: NDArray[Any],
@@ -76,23 +108,21 @@ def select_detections(
     names: Mapping[int, str],
     floor: float,
 ) -> tuple[NDArray[np.intp], tuple[str, ...], NDArray[np.float32], NDArray[np.float32]]:
-    """Which raw detector outputs become ``Detections``: ids without a benchmark name and scores below
-    ``floor`` dropped, scores clipped to [0, 1], boxes clipped to the image (x1 >= x0, y1 >= y0).
+    """Which raw detector outputs become ``Detections``, in which order: ids without a benchmark name and scores
+    below ``floor`` dropped, scores clipped to [0, 1], boxes clipped to the image (``clip_boxes``), the rows in
+    ``detection_order``.
 
-    Returns the kept indices, their class names, scores and ``xyxy`` boxes.
+    Returns the kept indices (in that order), their class names, scores and ``xyxy`` boxes.
     """
     n = len(class_id)
     ids = np.asarray(class_id, dtype=np.int64).reshape(n)
     scores = np.clip(np.asarray(confidence, dtype=np.float32).reshape(n), 0.0, 1.0)
     keep = np.array([int(i) in names for i in ids], dtype=bool) & (scores >= floor)
     idx = np.flatnonzero(keep)
-    h, w = shape_hw
-    boxes = np.asarray(xyxy, dtype=np.float32).reshape(n, 4)[idx]
-    boxes[:, [0, 2]] = np.clip(boxes[:, [0, 2]], 0, w)
-    boxes[:, [1, 3]] = np.clip(boxes[:, [1, 3]], 0, h)
-    boxes[:, 2] = np.maximum(boxes[:, 2], boxes[:, 0])
-    boxes[:, 3] = np.maximum(boxes[:, 3], boxes[:, 1])
-    return idx, tuple(names[int(i)] for i in ids[idx]), scores[idx], boxes
+    boxes = clip_boxes(np.asarray(xyxy, dtype=np.float32).reshape(n, 4)[idx], shape_hw)
+    kept = [names[int(i)] for i in ids[idx]]
+    order = detection_order(kept, scores[idx], boxes)
+    return idx[order], tuple(kept[k] for k in order), scores[idx[order]], boxes[order]
 
 
 ClassLists = Sequence[Collection[str] | None]

@@ -38,7 +38,16 @@ from negt2i.core.config import CURRENT, RuleConfig
 from negt2i.core.perception import Detections
 from negt2i.core.stage_types import Image, ModelInfo, OperatingPoint, applied
 from negt2i.core.vocab import COCO_CLASSES
-from negt2i.stages.common import DETECT_CLASSES, ClassLists, check_image, chunks, select_detections, select_requested
+from negt2i.stages.common import (
+    DETECT_CLASSES,
+    ClassLists,
+    check_image,
+    chunks,
+    clip_boxes,
+    detection_order,
+    select_detections,
+    select_requested,
+)
 from negt2i.stages.registry import register
 from negt2i.stages.rfdetr_backend import GENEVAL_SPELLING
 
@@ -118,7 +127,8 @@ def to_detections(
     class_counts: Mapping[str, int] | None = None,
 ) -> Detections:
     """Our ``Detections`` from one image's torchvision output (as numpy): ``N/A`` / background labels and
-    scores below ``floor`` dropped, masks (N, 1, H, W) in [0, 1] thresholded at 0.5, boxes clipped;
+    scores below ``floor`` dropped, masks (N, 1, H, W) in [0, 1] thresholded at 0.5, boxes clipped, in
+    ``detection_order`` (torchvision's own order among equal scores is its unstable sort's);
     ``class_counts`` from the class filter."""
     n = len(labels)
     idx, classes, conf, xyxy = select_detections(labels, scores, boxes, shape_hw, names=names, floor=floor)
@@ -136,8 +146,9 @@ class _FilteredPostprocess:
     """The model transform's ``postprocess`` (box rescaling, mask pasting) after the class filter.
 
     Per image with a request: the rows ``to_detections`` would keep (a benchmark class, float32 score
-    clipped to [0, 1] at least the floor) reduced by ``select_requested``; the others never reach
-    ``paste_masks_in_image``. ``request`` None: the wrapped method unchanged.
+    clipped to [0, 1] at least the floor) reduced by ``select_requested`` (ties between equal scores broken
+    in ``detection_order`` on the boxes the wrapped method returns, the order ``to_detections`` gives its
+    rows); the others never reach ``paste_masks_in_image``. ``request`` None: the wrapped method unchanged.
     """
 
     def __init__(self, inner: Any, names: dict[int, str], floor: float) -> None:
@@ -148,6 +159,8 @@ class _FilteredPostprocess:
         self.counts: list[dict[str, int]] = []
 
     def __call__(self, result: list[dict[str, Any]], image_shapes: Any, original_image_sizes: Any) -> Any:
+        from torchvision.models.detection.transform import resize_boxes  # type: ignore[import-untyped]
+
         request = self.request
         self.counts = [{} for _ in result]
         if request is not None:
@@ -156,7 +169,11 @@ class _FilteredPostprocess:
                 conf = np.clip(r["scores"].float().cpu().numpy(), 0.0, 1.0)
                 ids = r["labels"].cpu().numpy()
                 names = [self.names.get(int(c)) if s >= self.floor else None for c, s in zip(ids, conf, strict=True)]
-                keep, self.counts[i] = select_requested(names, conf, *request[i])
+                hw = (int(original_image_sizes[i][0]), int(original_image_sizes[i][1]))
+                boxes = resize_boxes(r["boxes"], image_shapes[i], original_image_sizes[i])  # as the wrapped method
+                order = detection_order(names, conf, clip_boxes(boxes.float().cpu().numpy(), hw))
+                chosen, self.counts[i] = select_requested([names[k] for k in order], conf[order], *request[i])
+                keep = np.sort(order[chosen])
                 sel = r["scores"].new_tensor(keep, dtype=r["labels"].dtype)
                 kept.append({k: v.index_select(0, sel) for k, v in r.items()})
             result = kept

@@ -36,7 +36,15 @@ from negt2i.core.config import CURRENT, RuleConfig
 from negt2i.core.perception import Detections
 from negt2i.core.stage_types import Image, ModelInfo, OperatingPoint, applied
 from negt2i.core.vocab import COCO_CLASSES
-from negt2i.stages.common import DETECT_CLASSES, ClassLists, check_image, select_detections, select_requested
+from negt2i.stages.common import (
+    DETECT_CLASSES,
+    ClassLists,
+    check_image,
+    clip_boxes,
+    detection_order,
+    select_detections,
+    select_requested,
+)
 from negt2i.stages.registry import register
 
 BACKEND: Final = "rfdetr-seg-xl"
@@ -76,7 +84,8 @@ def to_detections(
     class_counts: Mapping[str, int] | None = None,
 ) -> Detections:
     """Our ``Detections`` from RF-DETR's arrays: unknown ids and scores below ``floor`` dropped, boxes
-    clipped to the image, scores clipped to [0, 1]; ``class_counts`` from the class filter."""
+    clipped to the image, scores clipped to [0, 1], in ``detection_order``; ``class_counts`` from the class
+    filter."""
     if len(class_id) and mask is None:
         raise ValueError("RF-DETR returned no masks; a segmentation model (RFDETRSeg*) is required")
     idx, classes, scores, boxes = select_detections(class_id, confidence, xyxy, shape_hw, names=names, floor=floor)
@@ -93,7 +102,8 @@ class _FilteredPostProcess:
     Unfiltered (``request`` None) it is the wrapped module. Filtered, per image: RF-DETR's own top-k
     selection and box scaling, then the rows ``predict`` and ``to_detections`` would keep (score above
     ``predict``'s threshold, a benchmark class, float32 score clipped to [0, 1] at least the floor)
-    reduced by ``select_requested``, and RF-DETR's own mask post-processing on those rows only.
+    reduced by ``select_requested`` (ties between equal scores broken in ``detection_order``, the order
+    ``to_detections`` gives its rows), and RF-DETR's own mask post-processing on those rows only.
     """
 
     def __init__(self, inner: Any, names: Mapping[int, str], floor: float) -> None:
@@ -130,7 +140,10 @@ class _FilteredPostProcess:
             ok &= conf >= self.floor
             ids = labels[i].cpu().numpy()
             names = [self.names.get(int(c)) if k else None for c, k in zip(ids, ok, strict=True)]
-            keep, counts = select_requested(names, conf, classes, cap)
+            h, w = (int(v) for v in target_sizes[i].tolist())
+            order = detection_order(names, conf, clip_boxes(boxes[i].float().cpu().numpy(), (h, w)))
+            chosen, counts = select_requested([names[k] for k in order], conf[order], classes, cap)
+            keep = np.sort(order[chosen])  # the chosen rows, in RF-DETR's order
             self.counts.append(counts)
             sel = torch.as_tensor(keep, dtype=torch.long, device=scores.device)
             one = slice(i, i + 1)

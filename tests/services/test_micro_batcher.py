@@ -69,12 +69,20 @@ def test_an_idle_model_waits_at_most_max_wait_for_company():
     assert 0.25 <= time.monotonic() - t0 < 3 and model.batches[-1] == [3]
 
 
+class NoWaiting(threading.Condition):
+    """A condition that fails whoever waits on it: admission must decide at once, never wait for room."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        raise AssertionError("admission waited on the batcher's condition")
+
+
 def test_admission_is_bounded_and_refused_at_once():
     batcher = MicroBatcher(Recorder(), max_batch_size=4, max_wait_ms=0, max_queue=5)
+    batcher._cond = NoWaiting()  # the idle model thread keeps waiting on the old one; this test never runs it
     batcher.admit(3)
     batcher.admit(2)
     with pytest.raises(Overloaded, match="limit of 5"):
-        batcher.admit(1)
+        batcher.admit(1)  # refused without waiting for room (NoWaiting)
     assert batcher.refused == 1
     batcher.release(2)
     batcher.admit(2)  # room again once a request is done

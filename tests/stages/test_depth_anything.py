@@ -79,7 +79,9 @@ def test_resize_disparity_known_outputs():
     const = torch.full((2, 5, 7), 3.5)
     out = resize_disparity(const, (11, 13))
     assert out.shape == (2, 11, 13) and out.dtype == np.float32
-    np.testing.assert_allclose(out, 3.5, rtol=1e-6)
+    # a constant stays constant up to float32 roundoff: 4 x 4 bicubic taps weighted and summed in float32 (ATen's
+    # scalar kernels, ATEN_CPU_CAPABILITY=default, give 3.4999962: 1.2e-6 relative; its AVX-512 ones 3.5)
+    np.testing.assert_allclose(out, 3.5, rtol=1e-5)
     ramp = torch.arange(4, dtype=torch.float32).repeat(4, 1)[None]  # columns 0..3
     up = resize_disparity(ramp, (4, 8))[0]
     assert np.all(np.diff(up[:, 1:-1], axis=1) > 0)  # still increasing left to right
