@@ -130,6 +130,20 @@ def test_weights_fetch_shows_a_progress_bar(weights_server: str, tmp_path: Path,
     assert (tmp_path / "w" / "local-model" / "model.pt").stat().st_size == 3 << 20
 
 
+def test_weights_fetch_without_huggingface_hub_says_what_to_install(tmp_path: Path, monkeypatch, capsys):
+    """The core profile (`pip install .`) has no huggingface_hub: an installation problem, not a network one. The
+    message names the fix, blames no network, and nothing is created or downloaded (issue 45)."""
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not importable, as in the core profile
+    root = tmp_path / "w"
+    assert main(["weights", "fetch", "sam2.1-hiera-small", "depth-anything-v2-small", "--dir", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert "sam2.1-hiera-small, depth-anything-v2-small: fetching needs the Python package 'huggingface_hub'" in err
+    assert "pip install '.[fetch]'" in err and "Nothing was downloaded" in err
+    assert "could not download" not in err and "Without network" not in err
+    assert not root.exists()
+
+
 # --------------------------------------------------------------------------- 7. CLI polish
 
 
