@@ -37,7 +37,9 @@ def register(sub: Any) -> None:
     p.add_argument("--model", help="a preset (--list-models), a local diffusers folder or a repository id")
     p.add_argument("--out", help="output folder (GenEval layout)")
     p.add_argument("--list-models", action="store_true", help="list the presets with their settings and exit")
-    p.add_argument("--prompts", default=None, help="prompt JSONL (default: the committed corpus)")
+    p.add_argument("--prompts", default=None,
+                   help="prompt JSONL (default: the benchmark corpus, data/negt2ibench.jsonl, as the package "
+                   "carries it)")  # fmt: skip
     p.add_argument("--seeds", default="42-45", help="seeds, one sample each: 42-45 or 42,43 (default 42-45)")
     p.add_argument("--shard", type=parse_shard, default=None, help="only prompts i with i %% N == I (e.g. 0/4)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts (before sharding)")
@@ -121,12 +123,12 @@ def _run(args: argparse.Namespace) -> int:
         print("error: --batch-size and --in-flight must be >= 1 and --limit >= 0", file=sys.stderr)
         return 2
     from negt2i.core.spec import SpecError, read_prompts
-    from negt2i.corpus import DEFAULT_CORPUS
+    from negt2i.corpus import corpus_path
     from negt2i.generate import GenerateError, generate, parse_seeds
     from negt2i.generate.runner import resolve_device
     from negt2i.generate.scoring import Scorer
 
-    prompts_file = args.prompts or DEFAULT_CORPUS
+    prompts_file = corpus_path(args.prompts)  # default: the corpus the package carries (any working folder)
     try:
         seeds = parse_seeds(args.seeds)
         if not Path(prompts_file).is_file():
