@@ -144,6 +144,35 @@ def test_weights_fetch_without_huggingface_hub_says_what_to_install(tmp_path: Pa
     assert not root.exists()
 
 
+def test_submit_ends_with_its_results_line_and_a_summary_of_one_says_one(tmp_path: Path, capsys):
+    """`negt2i submit` ends as `negt2i evaluate` and `negt2i generate` do, with `results: PATH`; counts of one are in
+    the singular ("1 image", "1 error", "1 prompt") in every summary line (issue 45)."""
+    pytest.importorskip("grpc_health")
+    from tests.services.standin import SlowStandIn
+
+    root = tmp_path / "demo"
+    write_demo(root, prompts=1, samples=1, seed=1, size=64)
+    standin = SlowStandIn(0.0)
+    out = tmp_path / "r.jsonl"
+    try:
+        argv = ["submit", str(root), "--orchestrator", standin.target, "--out", str(out), "--no-progress"]
+        assert main([*argv, "--wait", "20"]) == 0
+    finally:
+        standin.stop()
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "1 image evaluated (0 already done, 1 in this run)",
+        "results file: 1 image: 0 judged, 1 error (invalid_metadata 1); image accuracy 0.0%, prompt accuracy 0.0% "
+        "(1 prompt; 0/1 image correct; errors count as incorrect)",
+        f"results: {out}",
+    ]
+    assert main(["evaluate", str(root), "--out", str(tmp_path / "e.jsonl"), "--backend", "synthetic",
+                 "--no-progress"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.splitlines()[0] == "1 image evaluated (0 already done, 1 in this run)"
+    assert main(["report", str(out), "--out", str(tmp_path / "rep"), "--no-plots", "--bootstrap", "10"]) == 0
+    assert "r: 1 image: 0 judged, 1 error (invalid_metadata 1)" in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------- 7. CLI polish
 
 

@@ -165,8 +165,11 @@ def _run(args: argparse.Namespace) -> int:
     print(f"results: {results}")
     if outcome.retry:
         print(
-            f"{len(outcome.retry)} images were not scored (transient errors); run the same command again",
+            f"{plural(len(outcome.retry), 'image')} {were} not scored (transient errors); run the same command again",
             file=sys.stderr,
         )
         return 1
+        from negt2i.metrics.totals import plural
+
+        were = "was" if len(outcome.retry) == 1 else "were"
     return 0

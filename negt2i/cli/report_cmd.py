@@ -39,7 +39,7 @@ def _run(args: argparse.Namespace) -> int:
     from negt2i.metrics import probes
     from negt2i.metrics.records import ResultsFormatError
     from negt2i.metrics.report import build_report, load_model, parse_inputs, table3, write_report
-    from negt2i.metrics.totals import state_totals
+    from negt2i.metrics.totals import plural, state_totals
 
     try:
         inputs = parse_inputs(args.results)
@@ -76,7 +76,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{m.name}: {state_totals(m.state).text()}")
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(str(p.relative_to(args.out)) for p in written))
+    files = ", ".join(str(p.relative_to(args.out)) for p in written)
+    print(f"wrote {plural(len(written), 'file')} to {args.out}: {files}")
     return 3 if args.strict and report["warnings"] else 0
 
 

@@ -302,9 +302,10 @@ class GenerateSummary:
     def text(self) -> str:
         rate = f" ({self.generated / self.seconds:.2f} images/s)" if self.generated and self.seconds > 0 else ""
         again = f", {self.regenerated} of them partial before" if self.regenerated else ""
-        return (
-            f"{self.generated} images generated{rate}{again}; {self.skipped} already done; {self.planned} in this run"
-        )
+        from negt2i.metrics.totals import plural
+
+        made = plural(self.generated, "image")
+        return f"{made} generated{rate}{again}; {self.skipped} already done; {self.planned} in this run"
 
 
 def encode_png(image: PILImage.Image) -> bytes:

@@ -200,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     paths = write_demo(a.out, a.prompts, a.samples, a.seed, a.size, coco=a.coco, full=a.full)
     count = len(paths) // a.samples if a.samples else 0
-    print(f"{len(paths)} images of {count} prompts under {a.out}" + (f"; truth in {a.coco}" if a.coco else ""))
+    from negt2i.metrics.totals import plural
+
+    made = f"{plural(len(paths), 'image')} of {plural(count, 'prompt')}"
+    print(f"{made} under {a.out}" + (f"; truth in {a.coco}" if a.coco else ""))
     return 0
 
 
