@@ -155,6 +155,11 @@ def _run(args: argparse.Namespace) -> int:
             scorer.close()
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BaseException:  # Ctrl-C: generate() stopped the scorer; close the results file, then exit 130
+        if scorer is not None:
+            scorer.stop()
+            scorer.close()
+        raise
     print(summary.text())
     print(f"images: {args.out} ({spec.label}, settings {spec.digest()})")
     if scorer is None:
@@ -164,12 +169,12 @@ def _run(args: argparse.Namespace) -> int:
     print(outcome.summary.text())
     print(f"results: {results}")
     if outcome.retry:
+        from negt2i.metrics.totals import plural
+
+        were = "was" if len(outcome.retry) == 1 else "were"
         print(
             f"{plural(len(outcome.retry), 'image')} {were} not scored (transient errors); run the same command again",
             file=sys.stderr,
         )
         return 1
-        from negt2i.metrics.totals import plural
-
-        were = "was" if len(outcome.retry) == 1 else "were"
     return 0
