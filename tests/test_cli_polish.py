@@ -236,6 +236,31 @@ def test_the_readme_python_snippet_runs_as_written(tmp_path: Path):
         assert done.stdout.splitlines()[-1].startswith("True")
 
 
+@pytest.mark.slow
+def test_the_readme_top_says_where_images_come_from_without_a_generator_and_it_runs(tmp_path: Path):
+    """Next to the two commands, the README says how to get images without a generator (the demo data), and those
+    commands run as written, in an empty folder (`make evaluate ...` as the Makefile runs it) (issue 45, item 3)."""
+    readme = (REPO / "README.md").read_text()
+    top = readme[readme.index("## Set-up and the two commands") : readme.index("### Install profiles")]
+    blocks = re.findall(r"```bash\n(.*?)```", top, flags=re.S)
+    demo = next(b for b in blocks if "negt2i.stages.demo_data" in b)
+    commands = [line.split("  #")[0].strip() for line in demo.strip().splitlines()]
+    assert [c.split()[0] for c in commands] == [".venv/bin/python", "make", ".venv/bin/negt2i"]
+    make = re.fullmatch(r'make evaluate IMAGES=(\S+) OUT=(\S+) ARGS="([^"]*)"', commands[1])
+    assert make is not None, commands[1]
+    argvs = [
+        [sys.executable, *commands[0].split()[1:]],
+        [sys.executable, "-m", "negt2i", "evaluate", make[1], "--out", make[2], "--fetch-weights", *make[3].split(),
+         "--no-progress"],
+        [sys.executable, "-m", "negt2i", *commands[2].split()[1:]],
+    ]  # fmt: skip
+    for argv in argvs:
+        done = subprocess.run(argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
+    assert len(list(read_results(tmp_path / "demo.jsonl"))) == 192
+    assert (tmp_path / "demo-report" / "report.html").is_file()
+
+
 def test_evaluate_shards_partition_the_jobs_and_merge_into_the_full_file(demo: Path, tmp_path: Path, capsys):
     full = tmp_path / "full.jsonl"
     base = ["evaluate", str(demo), "--backend", "synthetic", "--no-progress"]
