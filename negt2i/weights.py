@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -47,6 +48,20 @@ class WeightsFetchError(WeightsError):
 
 class WeightsMissingError(WeightsError):
     """Weights are not in the cache; the message says how to fetch them."""
+
+
+FETCH_INSTALL: Final = "pip install '.[fetch]'"
+"""What installs the downloaders' packages (``huggingface_hub``): the ``fetch`` extra (README, "Install profiles")."""
+
+
+def missing_module_help(module: str, names: Sequence[str]) -> str:
+    """The message of a fetch that cannot start because this environment lacks ``module``: an installation
+    problem, not a network one, so it says what to install (and nothing about working offline)."""
+    return (
+        f"{', '.join(names)}: fetching needs the Python package {module!r}, which this environment "
+        f"({sys.executable}) lacks. Install it with `{FETCH_INSTALL}` (from the repository root; the `models` "
+        "extra has it too), then run the command again. Nothing was downloaded."
+    )
 
 
 @dataclass(frozen=True)
@@ -477,17 +492,23 @@ def fetch(
     Files are downloaded into a temporary folder next to the target and moved in
     place only when complete and verified against the table's known hashes, so an
     interrupted fetch leaves no half-written weights. Present, verified weights are
-    kept unless ``force``.
+    kept unless ``force``. With the default downloader, a missing ``huggingface_hub`` (the core
+    install has none) is one error saying what to install, before anything is downloaded.
     """
     root = weights_dir(path)
+    todo = list(names or WEIGHTS)
+    if downloader is download:  # before anything is created or downloaded: the downloaders' packages are here
+        hub = [n for n in todo if entry(n).source == "hf" and (force or _absent(entry(n), root))]
+        if hub and importlib.util.find_spec("huggingface_hub") is None:
+            raise WeightsFetchError(missing_module_help("huggingface_hub", hub))
     root.mkdir(parents=True, exist_ok=True)
     done: list[Path] = []
-    for name in names or list(WEIGHTS):
+    for name in todo:
         e = entry(name)
         if e.source == "local":
             raise WeightsError(local_help(root, name))
         folder = root / e.name
-        if not force and not missing_files(e, root) and read_lock(folder) is not None:
+        if not force and not _absent(e, root):
             verify(name, root)
             log(f"{name}: present and verified in {folder}")
             done.append(folder)
@@ -499,10 +520,11 @@ def fetch(
                 revision = downloader(e, tmp)
             except (WeightsError, KeyboardInterrupt):
                 raise
+            except ModuleNotFoundError as exc:  # this environment, not the network: say what to install
+                raise WeightsFetchError(missing_module_help(exc.name or str(exc), [name])) from None
             except Exception as exc:  # no network, a proxy, a hub error: many types, one clear message
                 raise WeightsFetchError(
-                    f"{name}: could not download {e.repo} ({type(exc).__name__}: {exc}). "
-                    f"{offline_help(list(names or WEIGHTS))}"
+                    f"{name}: could not download {e.repo} ({type(exc).__name__}: {exc}). {offline_help(todo)}"
                 ) from None
             main = record_lock(e, tmp, revision)
             if folder.exists():
@@ -514,6 +536,11 @@ def fetch(
         log(f"{name}: ok ({revision}, sha256 {main[:16]}...) in {folder}")
         done.append(folder)
     return done
+
+
+def _absent(e: WeightsEntry, root: Path) -> bool:
+    """Whether ``fetch`` downloads ``e`` (files or lock missing), judged without hashing anything."""
+    return bool(missing_files(e, root)) or read_lock(root / e.name) is None
 
 
 def status(name: str, path: str | Path | None = None) -> str:

@@ -130,6 +130,49 @@ def test_weights_fetch_shows_a_progress_bar(weights_server: str, tmp_path: Path,
     assert (tmp_path / "w" / "local-model" / "model.pt").stat().st_size == 3 << 20
 
 
+def test_weights_fetch_without_huggingface_hub_says_what_to_install(tmp_path: Path, monkeypatch, capsys):
+    """The core profile (`pip install .`) has no huggingface_hub: an installation problem, not a network one. The
+    message names the fix, blames no network, and nothing is created or downloaded (issue 45)."""
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # not importable, as in the core profile
+    root = tmp_path / "w"
+    assert main(["weights", "fetch", "sam2.1-hiera-small", "depth-anything-v2-small", "--dir", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and "Traceback" not in err
+    assert "sam2.1-hiera-small, depth-anything-v2-small: fetching needs the Python package 'huggingface_hub'" in err
+    assert "pip install '.[fetch]'" in err and "Nothing was downloaded" in err
+    assert "could not download" not in err and "Without network" not in err
+    assert not root.exists()
+
+
+def test_submit_ends_with_its_results_line_and_a_summary_of_one_says_one(tmp_path: Path, capsys):
+    """`negt2i submit` ends as `negt2i evaluate` and `negt2i generate` do, with `results: PATH`; counts of one are in
+    the singular ("1 image", "1 error", "1 prompt") in every summary line (issue 45)."""
+    pytest.importorskip("grpc_health")
+    from tests.services.standin import SlowStandIn
+
+    root = tmp_path / "demo"
+    write_demo(root, prompts=1, samples=1, seed=1, size=64)
+    standin = SlowStandIn(0.0)
+    out = tmp_path / "r.jsonl"
+    try:
+        argv = ["submit", str(root), "--orchestrator", standin.target, "--out", str(out), "--no-progress"]
+        assert main([*argv, "--wait", "20"]) == 0
+    finally:
+        standin.stop()
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [
+        "1 image evaluated (0 already done, 1 in this run)",
+        "results file: 1 image: 0 judged, 1 error (invalid_metadata 1); image accuracy 0.0%, prompt accuracy 0.0% "
+        "(1 prompt; 0/1 image correct; errors count as incorrect)",
+        f"results: {out}",
+    ]
+    assert main(["evaluate", str(root), "--out", str(tmp_path / "e.jsonl"), "--backend", "synthetic",
+                 "--no-progress"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.splitlines()[0] == "1 image evaluated (0 already done, 1 in this run)"
+    assert main(["report", str(out), "--out", str(tmp_path / "rep"), "--no-plots", "--bootstrap", "10"]) == 0
+    assert "r: 1 image: 0 judged, 1 error (invalid_metadata 1)" in capsys.readouterr().out
+
+
 # --------------------------------------------------------------------------- 7. CLI polish
 
 
@@ -191,6 +234,31 @@ def test_the_readme_python_snippet_runs_as_written(tmp_path: Path):
                               timeout=120, check=False)  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[-1].startswith("True")
+
+
+@pytest.mark.slow
+def test_the_readme_top_says_where_images_come_from_without_a_generator_and_it_runs(tmp_path: Path):
+    """Next to the two commands, the README says how to get images without a generator (the demo data), and those
+    commands run as written, in an empty folder (`make evaluate ...` as the Makefile runs it) (issue 45, item 3)."""
+    readme = (REPO / "README.md").read_text()
+    top = readme[readme.index("## Set-up and the two commands") : readme.index("### Install profiles")]
+    blocks = re.findall(r"```bash\n(.*?)```", top, flags=re.S)
+    demo = next(b for b in blocks if "negt2i.stages.demo_data" in b)
+    commands = [line.split("  #")[0].strip() for line in demo.strip().splitlines()]
+    assert [c.split()[0] for c in commands] == [".venv/bin/python", "make", ".venv/bin/negt2i"]
+    make = re.fullmatch(r'make evaluate IMAGES=(\S+) OUT=(\S+) ARGS="([^"]*)"', commands[1])
+    assert make is not None, commands[1]
+    argvs = [
+        [sys.executable, *commands[0].split()[1:]],
+        [sys.executable, "-m", "negt2i", "evaluate", make[1], "--out", make[2], "--fetch-weights", *make[3].split(),
+         "--no-progress"],
+        [sys.executable, "-m", "negt2i", *commands[2].split()[1:]],
+    ]  # fmt: skip
+    for argv in argvs:
+        done = subprocess.run(argv, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, (argv, done.stderr[-2000:])
+    assert len(list(read_results(tmp_path / "demo.jsonl"))) == 192
+    assert (tmp_path / "demo-report" / "report.html").is_file()
 
 
 def test_evaluate_shards_partition_the_jobs_and_merge_into_the_full_file(demo: Path, tmp_path: Path, capsys):

@@ -222,10 +222,10 @@ def test_error_lines_are_judged_again_when_fixed_or_with_retry_errors(tmp_path: 
     assert "2 images evaluated (10 already done" in capsys.readouterr().out
     # --retry-errors judges the remaining error line again (still truncated: still an error, still one line)
     assert _evaluate(root, out, "--retry-errors") == 0
-    assert "1 images evaluated (11 already done" in capsys.readouterr().out
+    assert "1 image evaluated (11 already done" in capsys.readouterr().out
     broken.write_bytes(good_png)  # fixed image: a changed file, judged again without any flag
     assert _evaluate(root, out) == 0
-    assert "1 images evaluated (11 already done" in capsys.readouterr().out
+    assert "1 image evaluated (11 already done" in capsys.readouterr().out
     rows = list(read_results(out))
     assert len(rows) == 12 and len({r["filename"] for r in rows}) == 12
     assert all(r["status"] == "ok" for r in rows)
@@ -291,7 +291,7 @@ def test_the_end_of_run_summary_is_the_files_totals_and_equals_the_report(tmp_pa
     capsys.readouterr()
     assert _evaluate(root, out) == 0  # a resumed session: the summary still covers the whole file
     evaluated = _totals_line(capsys.readouterr().out, "results file: ")
-    assert evaluated.startswith("36 images: 35 judged, 1 errors (unreadable_image 1)")
+    assert evaluated.startswith("36 images: 35 judged, 1 error (unreadable_image 1)")
     assert main(["report", str(out), "--out", str(tmp_path / "rep"), "--no-plots", "--bootstrap", "10"]) == 0
     reported = _totals_line(capsys.readouterr().out, "r: ")
     assert reported == evaluated

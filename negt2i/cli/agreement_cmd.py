@@ -122,5 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"  {row[0]:<28} kappa {row[2]:<22} tau {row[11]}")
     for w in result["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(p.name for p in written))
+    from negt2i.metrics.totals import plural
+
+    print(f"wrote {plural(len(written), 'file')} to {args.out}: " + ", ".join(p.name for p in written))
     return 0

@@ -37,7 +37,9 @@ def register(sub: Any) -> None:
     p.add_argument("--model", help="a preset (--list-models), a local diffusers folder or a repository id")
     p.add_argument("--out", help="output folder (GenEval layout)")
     p.add_argument("--list-models", action="store_true", help="list the presets with their settings and exit")
-    p.add_argument("--prompts", default=None, help="prompt JSONL (default: the committed corpus)")
+    p.add_argument("--prompts", default=None,
+                   help="prompt JSONL (default: the benchmark corpus, data/negt2ibench.jsonl, as the package "
+                   "carries it)")  # fmt: skip
     p.add_argument("--seeds", default="42-45", help="seeds, one sample each: 42-45 or 42,43 (default 42-45)")
     p.add_argument("--shard", type=parse_shard, default=None, help="only prompts i with i %% N == I (e.g. 0/4)")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts (before sharding)")
@@ -121,12 +123,12 @@ def _run(args: argparse.Namespace) -> int:
         print("error: --batch-size and --in-flight must be >= 1 and --limit >= 0", file=sys.stderr)
         return 2
     from negt2i.core.spec import SpecError, read_prompts
-    from negt2i.corpus import DEFAULT_CORPUS
+    from negt2i.corpus import corpus_path
     from negt2i.generate import GenerateError, generate, parse_seeds
     from negt2i.generate.runner import resolve_device
     from negt2i.generate.scoring import Scorer
 
-    prompts_file = args.prompts or DEFAULT_CORPUS
+    prompts_file = corpus_path(args.prompts)  # default: the corpus the package carries (any working folder)
     try:
         seeds = parse_seeds(args.seeds)
         if not Path(prompts_file).is_file():
@@ -153,6 +155,11 @@ def _run(args: argparse.Namespace) -> int:
             scorer.close()
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BaseException:  # Ctrl-C: generate() stopped the scorer; close the results file, then exit 130
+        if scorer is not None:
+            scorer.stop()
+            scorer.close()
+        raise
     print(summary.text())
     print(f"images: {args.out} ({spec.label}, settings {spec.digest()})")
     if scorer is None:
@@ -162,8 +169,11 @@ def _run(args: argparse.Namespace) -> int:
     print(outcome.summary.text())
     print(f"results: {results}")
     if outcome.retry:
+        from negt2i.metrics.totals import plural
+
+        were = "was" if len(outcome.retry) == 1 else "were"
         print(
-            f"{len(outcome.retry)} images were not scored (transient errors); run the same command again",
+            f"{plural(len(outcome.retry), 'image')} {were} not scored (transient errors); run the same command again",
             file=sys.stderr,
         )
         return 1

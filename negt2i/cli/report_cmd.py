@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from typing import Any
+
+PLOTS_HELP = "pip install '.[reports]' (from the repository root; '.[demo]' has it too), or pass --no-plots"
 
 
 def register(sub: Any) -> None:
@@ -39,8 +42,12 @@ def _run(args: argparse.Namespace) -> int:
     from negt2i.metrics import probes
     from negt2i.metrics.records import ResultsFormatError
     from negt2i.metrics.report import build_report, load_model, parse_inputs, table3, write_report
-    from negt2i.metrics.totals import state_totals
+    from negt2i.metrics.totals import plural, state_totals
 
+    if not args.no_plots and importlib.util.find_spec("matplotlib") is None:  # before any work, before any file
+        print(f"error: the report's plots need matplotlib, which this environment lacks: {PLOTS_HELP}; "
+              "nothing was written", file=sys.stderr)  # fmt: skip
+        return 2
     try:
         inputs = parse_inputs(args.results)
         models = [load_model(name, paths) for name, paths in inputs]
@@ -63,8 +70,8 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
-        print(f"error: {exc}; install the 'reports' extra or pass --no-plots", file=sys.stderr)
+    except ModuleNotFoundError as exc:  # a plotting library's own dependency: the same advice
+        print(f"error: {exc}: {PLOTS_HELP}; nothing was written to {args.out}", file=sys.stderr)
         return 2
     t = table3(report)
     print(t.title)
@@ -76,7 +83,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"{m.name}: {state_totals(m.state).text()}")
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
-    print(f"wrote {len(written)} files to {args.out}: " + ", ".join(str(p.relative_to(args.out)) for p in written))
+    files = ", ".join(str(p.relative_to(args.out)) for p in written)
+    print(f"wrote {plural(len(written), 'file')} to {args.out}: {files}")
     return 3 if args.strict and report["warnings"] else 0
 
 

@@ -126,14 +126,21 @@ def _run(args: argparse.Namespace) -> int:
         except (ClientError, EvaluateError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_FAILED
+    from negt2i.metrics.totals import plural
+
     print(outcome.summary.text())
+    print(f"results: {args.out}")  # as negt2i evaluate and negt2i generate end
+    if args.save_perception is not None:
+        print(f"perception: {perception_path(args)}")
     if outcome.retried:
-        print(f"{outcome.retried} sends were retries after RESOURCE_EXHAUSTED / UNAVAILABLE", file=sys.stderr)
+        were = "was a retry" if outcome.retried == 1 else "were retries"
+        print(f"{plural(outcome.retried, 'send')} {were} after RESOURCE_EXHAUSTED / UNAVAILABLE", file=sys.stderr)
     if outcome.stream_error:
         print(f"error: the stream ended early: {outcome.stream_error}", file=sys.stderr)
     if outcome.retry:
+        were = "was" if len(outcome.retry) == 1 else "were"
         print(
-            f"{len(outcome.retry)} images were not judged (transient errors); run the same command again",
+            f"{plural(len(outcome.retry), 'image')} {were} not judged (transient errors); run the same command again",
             file=sys.stderr,
         )
         return 1

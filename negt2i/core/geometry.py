@@ -1,6 +1,6 @@
 """Mask measurements the relation rules use, computed on cropped regions.
 
-Conventions (``DESIGN.md``): x = column, y = row (growing downward); centroid =
+Conventions (``docs/design.md``): x = column, y = row (growing downward); centroid =
 mean pixel coordinate; extent = max - min + 1 pixels per axis; area = pixel
 count; gap = minimum Euclidean distance between pixel centres of two masks (0
 when they overlap); R = (sqrt(|A|/pi) + sqrt(|B|/pi)) / 2.

@@ -1,6 +1,6 @@
 """Frozen, validated records of what the perception stages saw in one image.
 
-Conventions (``DESIGN.md``): masks are bool arrays (H, W) at the image's
+Conventions (``docs/design.md``): masks are bool arrays (H, W) at the image's
 resolution, x = column, y = row growing downward, boxes ``xyxy`` in pixels.
 Arrays are copied and made read-only at construction, so a record cannot change
 after it was validated. Every shape error names the expected and actual values.

@@ -282,8 +282,16 @@ class Scoring(Protocol):
 
     def submit(self, job: Job, data: bytes) -> None: ...
 
+    def pending(self) -> int:
+        """Images submitted and not finally answered yet."""
+        ...
+
     def status(self) -> str:
         """A short note for the progress bar (e.g. ``scored 12, in flight 3``)."""
+        ...
+
+    def stop(self, reason: str = ...) -> None:
+        """Stop scoring at once (an interrupt): what is in flight is left for the rerun."""
         ...
 
 
@@ -302,9 +310,10 @@ class GenerateSummary:
     def text(self) -> str:
         rate = f" ({self.generated / self.seconds:.2f} images/s)" if self.generated and self.seconds > 0 else ""
         again = f", {self.regenerated} of them partial before" if self.regenerated else ""
-        return (
-            f"{self.generated} images generated{rate}{again}; {self.skipped} already done; {self.planned} in this run"
-        )
+        from negt2i.metrics.totals import plural
+
+        made = plural(self.generated, "image")
+        return f"{made} generated{rate}{again}; {self.skipped} already done; {self.planned} in this run"
 
 
 def encode_png(image: PILImage.Image) -> bytes:
@@ -382,7 +391,10 @@ def generate(
 ) -> GenerateSummary:
     """Generate the samples of ``prompts`` x ``seeds`` (see ``plan``) into ``out``, resuming; every new image
     (and every done one the scorer has no line for) goes to ``scorer`` as soon as it is on disk. The scorer is
-    started here, once the output folder is open (``Scoring.start``); the caller closes it.
+    started here, once the output folder is open (``Scoring.start``); the caller closes it. The progress bar
+    stays up until the scorer has answered every image (it ends at ``in flight 0``). On an interrupt (Ctrl-C)
+    the scorer is stopped (``Scoring.stop``) before the ``KeyboardInterrupt`` goes on: what is in flight is
+    left for the rerun, as ``negt2i submit`` and ``negt2i evaluate`` leave it, and the caller's close is prompt.
 
     ``spec.dtype`` must be the dtype actually used (the CLI resolves ``auto``). The model loads once, and only
     if something is left to generate."""
@@ -472,7 +484,16 @@ def generate(
             if scorer is not None:
                 bar.set_postfix_str(scorer.status(), refresh=False)
         summary.seconds = time.monotonic() - start
+        if scorer is not None:  # the bar ends when the last image has its answer, not when it is drawn
+            while scorer.pending():
+                bar.set_postfix_str(scorer.status())
+                time.sleep(0.2)
+            bar.set_postfix_str(scorer.status(), refresh=False)
         bar.close()
         return summary
+    except KeyboardInterrupt:  # stop scoring now, as submit and evaluate stop (negt2i.run.stream, "Stopping")
+        if scorer is not None:
+            scorer.stop()
+        raise
     finally:
         folder.close()

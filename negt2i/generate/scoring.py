@@ -13,6 +13,11 @@ Transient failures are retried within the run exactly as ``negt2i submit`` retri
 gets no line: re-running the same ``negt2i generate`` command sends exactly those (done images
 without a results line are submitted again), as does ``negt2i submit OUT``.
 
+An interrupt stops scoring as it stops ``negt2i submit``, through the stream submitter's one stop
+(``StreamSubmitter.stop``): ``generate`` calls ``stop`` when Ctrl-C reaches it (and ``close`` when Ctrl-C
+comes while it waits for the last answers), so the run ends within seconds, every answered image keeps its
+line, and the images still in flight are left for the rerun.
+
 The results file is locked, refused unless new or ours, and resumed by content: an image is skipped only
 when its line has the same SHA-256 and prompt; an image that changed on disk since its line was written is
 judged again and its line replaced (a generation run rewrites what it regenerates).
@@ -29,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from negt2i.generate.registry import GenerateError
-from negt2i.run.stream import DEFAULT_ITEM_TIMEOUT_S
+from negt2i.run.stream import DEFAULT_ITEM_TIMEOUT_S, INTERRUPTED
 from negt2i.transport import DEFAULT_ATTEMPTS
 
 if TYPE_CHECKING:
@@ -178,30 +183,49 @@ class Scorer:
             self.max_in_flight = max(self.max_in_flight, len(self._pending))
         self._queue.put((job, data, sha256))
 
+    def pending(self) -> int:
+        """Images submitted and not finally answered yet."""
+        with self._lock:
+            return len(self._pending)
+
     def status(self) -> str:
         """``scored N, in flight M`` for the progress bar."""
         scored = self.outcome.summary.evaluated if self.outcome is not None else 0
-        with self._lock:
-            pending = len(self._pending)
-        return f"scored {scored}, in flight {pending}"
+        return f"scored {scored}, in flight {self.pending()}"
+
+    def stop(self, reason: str = INTERRUPTED) -> None:
+        """Stop scoring now (an interrupt): nothing more is sent, the images in flight get no line and are left
+        for the rerun (``StreamSubmitter.stop``, the stop ``negt2i submit`` uses); ``close`` then returns at once."""
+        if self.submitter is not None:
+            self.submitter.stop(reason)
 
     def close(self) -> SubmitOutcome:
-        """Wait for the answers still in flight, then close the stream, the results file and the channel."""
+        """Wait for the answers still in flight, then close the stream, the results file and the channel.
+        Interrupted while it waits (Ctrl-C), it stops scoring (``stop``), closes everything and re-raises."""
         self._queue.put(None)
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._run is not None:
-            self._run.finish()
-            self._run = None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        try:
+            self._join()
+        except BaseException:
+            self.stop()
+            self._join()
+            raise
+        finally:
+            if self._run is not None:
+                self._run.finish()
+                self._run = None
+            if self._client is not None:
+                self._client.close()
+                self._client = None
         if self.outcome is None:
             from negt2i.run.output import SubmitOutcome, Summary
 
             self.outcome = SubmitOutcome(Summary())
         return self.outcome
+
+    def _join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 def _prepare(item: _Item) -> evaluator_pb2.EvaluateRequest:

@@ -23,6 +23,9 @@ and tables, format-independent), ``report_csv`` (CSVs and JSON),
 - ``.negt2i-report.json``: the files this run wrote, with their SHA-256. A rerun into the same folder
   removes the files the previous run wrote and this one does not (e.g. plots after ``--no-plots``),
   and only those still unchanged since: a file the report did not write is never touched.
+
+The files are made in a staging folder and moved into ``--out`` only when all of them are made: a run
+that fails (no matplotlib for the plots, a full disk) leaves no partial report behind.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import base64
 import glob
 import hashlib
 import json
+import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,27 +290,31 @@ def _remove_stale(out: Path, previous: dict[str, str], written: Iterable[Path]) 
 def write_report(report: dict[str, Any], out: str | Path, *, plots: bool = True) -> list[Path]:
     """Write every output into ``out`` (created); returns the paths written. ``plots`` needs matplotlib.
 
-    Files the previous run into ``out`` wrote and this one does not are removed (see the module docstring).
+    All or nothing: every file is made first in a staging folder, and moved into ``out`` only once all of
+    them are made, so a failure on the way (matplotlib missing, a plot that cannot be drawn, a full disk)
+    leaves ``out`` as it was (not created when it did not exist) and no half-written report. Files the
+    previous run into ``out`` wrote and this one does not are removed (see the module docstring); any other
+    file in ``out`` is the user's and is never touched.
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    previous = _previous_outputs(out)
-    write_json(report, out / "report.json")
-    written = [out / "report.json", *write_csvs(report, out)]
-    parts = sections(report)
-    (out / "report.md").write_text(render_markdown(report, parts), encoding="utf-8")
-    written.append(out / "report.md")
-    figures: dict[str, tuple[str, str]] = {}
-    if plots:
-        from negt2i.metrics import plots as plotting
-
-        (out / "plots").mkdir(exist_ok=True)
-        for caption, filename, png in plotting.report_figures(report):
-            (out / "plots" / filename).write_bytes(png)
-            written.append(out / "plots" / filename)
-            figures[filename] = (caption, base64.b64encode(png).decode("ascii"))
-    (out / "report.html").write_text(render_html(report, figures, parts), encoding="utf-8")
-    written.append(out / "report.html")
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--out {out} exists and is not a folder")
+    staging = Path(tempfile.mkdtemp(prefix=".negt2i-report-", dir=out.parent if out.parent.is_dir() else None))
+    written: list[Path] = []
+    try:
+        names = _render(report, staging, plots=plots)
+        blocked = [n for n in names if (out / n).exists() and ((out / n).is_symlink() or not (out / n).is_file())]
+        if blocked:  # checked before anything moves: a folder or link where a report file goes
+            raise FileExistsError(f"{out}: {', '.join(blocked)} exists and is not a file; nothing was written")
+        out.mkdir(parents=True, exist_ok=True)
+        previous = _previous_outputs(out)
+        for name in names:
+            target = out / name
+            target.parent.mkdir(exist_ok=True)
+            shutil.move(staging / name, target)  # a rename when both are on one filesystem
+            written.append(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     _remove_stale(out, previous, written)
     manifest = {
         "generated_by": report["generated_by"],
@@ -313,6 +322,27 @@ def write_report(report: dict[str, Any], out: str | Path, *, plots: bool = True)
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return written
+
+
+def _render(report: dict[str, Any], into: Path, *, plots: bool) -> list[str]:
+    """Make every output file in the empty folder ``into``; returns their paths relative to it, in order."""
+    write_json(report, into / "report.json")
+    written = [into / "report.json", *write_csvs(report, into)]
+    parts = sections(report)
+    (into / "report.md").write_text(render_markdown(report, parts), encoding="utf-8")
+    written.append(into / "report.md")
+    figures: dict[str, tuple[str, str]] = {}
+    if plots:
+        from negt2i.metrics import plots as plotting
+
+        (into / "plots").mkdir()
+        for caption, filename, png in plotting.report_figures(report):
+            (into / "plots" / filename).write_bytes(png)
+            written.append(into / "plots" / filename)
+            figures[filename] = (caption, base64.b64encode(png).decode("ascii"))
+    (into / "report.html").write_text(render_html(report, figures, parts), encoding="utf-8")
+    written.append(into / "report.html")
+    return [p.relative_to(into).as_posix() for p in written]
 
 
 __all__ = [

@@ -53,10 +53,17 @@ class Totals:
             kinds = ", ".join(f"{k} {v}" for k, v in sorted(self.errors.items()))
             err = f" ({kinds}{f'; {self.unplaced} without a prompt, not scored' if self.unplaced else ''})"
         return (
-            f"{self.images} images: {self.judged} judged, {self.error_lines} errors{err}; "
+            f"{plural(self.images, 'image')}: {self.judged} judged, {plural(self.error_lines, 'error')}{err}; "
             f"image accuracy {_pct(self.image_accuracy)}, prompt accuracy {_pct(self.prompt_accuracy)} "
-            f"({self.prompts} prompts; {self.correct}/{self.scored} images correct; errors count as incorrect)"
+            f"({plural(self.prompts, 'prompt')}; {self.correct}/{plural(self.scored, 'image')} correct; "
+            "errors count as incorrect)"
         )
+
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """A count and its noun, singular for exactly one: ``1 image``, ``0 images``, ``2 images`` (``nouns``: an
+    irregular plural). Every summary line the commands print counts with it."""
+    return f"{n} {noun if n == 1 else nouns or noun + 's'}"
 
 
 def _pct(v: float | None) -> str:

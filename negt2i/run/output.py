@@ -32,7 +32,7 @@ from negt2i.core.config import RuleConfig
 from negt2i.core.failures import Failure
 from negt2i.core.results import ResultsWriter, ResumeKey, error_record, ok_record, prompt_metadata
 from negt2i.core.verdict import Verdict
-from negt2i.metrics.totals import Totals
+from negt2i.metrics.totals import Totals, plural
 from negt2i.run.jobs import Job, resume_keys
 
 if TYPE_CHECKING:
@@ -65,11 +65,13 @@ class Summary:
 
     def text(self) -> str:
         """The session line, then the file's totals line (identical to ``negt2i report``'s)."""
-        session = f"{self.evaluated} images evaluated ({self.skipped} already done, {self.total} in this run)"
+        session = f"{plural(self.evaluated, 'image')} evaluated ({self.skipped} already done, {self.total} in this run)"
         if self.retried or self.replaced:
-            session += f"; {self.retried} error lines and {self.replaced} changed images judged again"
+            again = f"{plural(self.retried, 'error line')} and {plural(self.replaced, 'changed image')}"
+            session += f"; {again} judged again"
         if self.kept_errors:
-            session += f"; {self.kept_errors} error lines kept (--retry-errors judges them again)"
+            them = "it" if self.kept_errors == 1 else "them"
+            session += f"; {plural(self.kept_errors, 'error line')} kept (--retry-errors judges {them} again)"
         if self.totals is None:
             if self.totals_error:
                 return f"{session}\nresults file: cannot be scored: {self.totals_error}"

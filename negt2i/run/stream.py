@@ -50,8 +50,12 @@ not a failure: it is reopened when the next job is ready.
 unanswered, the run stops (``StreamStats.stream_error`` says the orchestrator stopped answering).
 
 **Stopping.** After a stop (stall, a stream error that is not retryable or out of attempts, the run's
-``timeout``, or the caller leaving the loop) every job not finally answered, and every job the
-iterator still gives, is yielded with ``left`` set to the reason, in order; nothing is sent.
+``timeout``, the caller leaving the loop, or ``stop`` called from another thread) every job not finally
+answered, and every job the iterator still gives, is yielded with ``left`` set to the reason, in order;
+nothing more is sent and the open stream is cancelled. This is how every driver stops on an interrupt
+(Ctrl-C): ``negt2i submit`` leaves the loop (the ``KeyboardInterrupt`` passes through it), ``negt2i generate
+--score``, whose answers are read on a thread of their own, calls ``stop`` from the generating thread; either
+way the run ends within seconds, every answered job keeps its line and the rest is left for the rerun.
 """
 
 from __future__ import annotations
@@ -83,6 +87,8 @@ HOLD: Final = 4
 """Answered jobs held for the order (waiting for an earlier one): at most ``HOLD x window``."""
 IDLE_CLOSE_S: Final = 5.0
 """A stream with nothing to send and nothing unanswered this long is half-closed (reopened for the next job)."""
+INTERRUPTED: Final = "the run was interrupted"
+"""The reason of the jobs an interrupt leaves for a rerun (``StreamSubmitter.stop``)."""
 
 
 def retryable(err: evaluator_pb2.ItemError) -> bool:
@@ -215,6 +221,8 @@ class StreamSubmitter(Generic[T]):
         self._source_error: BaseException | None = None
         self._generation = 0
         self._stopped = ""
+        self._call: Any = None
+        """The open stream (cancelled by a stop)."""
 
     # ------------------------------------------------------------------ state (under self._cond)
 
@@ -244,6 +252,16 @@ class StreamSubmitter(Generic[T]):
             self._cond.notify_all()
         if call is not None:
             call.cancel()
+
+    def stop(self, reason: str = INTERRUPTED) -> None:
+        """Stop the run now, from any thread (see "Stopping" in the module docstring): nothing more is sent, the
+        open stream is cancelled, and ``run`` yields every job not finally answered with ``left=reason`` and ends
+        once its iterator does. Idempotent; the first reason wins."""
+        self._stop(reason)
+        call = self._call
+        if call is not None:  # also a stream opened while the stop was under way
+            call.cancel()
+        self._events.put((_WAKE, -1, None))
 
     # ------------------------------------------------------------------ threads
 
@@ -437,7 +455,7 @@ class StreamSubmitter(Generic[T]):
                     with self._cond:
                         generation = self._generation
                     left = None if run_end is None else run_end - now
-                    call = client.stream_call(self._request_iterator(generation), timeout=left)
+                    call = self._call = client.stream_call(self._request_iterator(generation), timeout=left)
                     self.stats.streams += 1
                     last_answer = now
                     reader = threading.Thread(target=self._read, args=(call, generation), name="negt2i-stream-reader",
@@ -455,7 +473,7 @@ class StreamSubmitter(Generic[T]):
                     last_answer = time.monotonic()
                     self._handle(payload, run_end)
                 elif kind == _END and current and not self._stopped:
-                    call = None
+                    call = self._call = None
                     with self._cond:
                         unanswered = len(self._outstanding) + len(self._retry) + len(self._ready)
                         done = self._source_done and not unanswered
@@ -504,7 +522,7 @@ class StreamSubmitter(Generic[T]):
             if error is not None:
                 raise error
         finally:
-            self._stop("the run was interrupted", call)
+            self.stop()  # the caller left the loop (Ctrl-C, an error) or the run ended: nothing more is sent
             if reader is not None:
                 reader.join(timeout=5)
             if own:

@@ -62,15 +62,16 @@ def prompt_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
 
 
 def corpus_records(seed: int = 0, corpus: str | Path | None = None) -> list[dict[str, Any]]:
-    """One prompt of the corpus (default the committed ``data/negt2ibench.jsonl``) per category x setting,
-    chosen with ``seed``, in Table 3's order (category, then setting)."""
+    """One prompt of the corpus (default the benchmark corpus the package carries,
+    ``negt2i.corpus.packaged_corpus``: it works outside the repository) per category x setting, chosen with
+    ``seed``, in Table 3's order (category, then setting)."""
     from negt2i.core.spec import dumps_prompt, read_prompts
-    from negt2i.corpus import DEFAULT_CORPUS
+    from negt2i.corpus import corpus_path
 
     rng = np.random.default_rng(seed)
     cells: dict[tuple[int, str], list[Any]] = {}
     order = {c: i for i, c in enumerate(Category)}
-    for p in read_prompts(corpus or DEFAULT_CORPUS):
+    for p in read_prompts(corpus_path(corpus)):
         if p.category is not None:
             cells.setdefault((order[p.category], p.setting), []).append(p)
     picked = [cells[key][int(rng.integers(len(cells[key])))] for key in sorted(cells)]
@@ -199,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     paths = write_demo(a.out, a.prompts, a.samples, a.seed, a.size, coco=a.coco, full=a.full)
     count = len(paths) // a.samples if a.samples else 0
-    print(f"{len(paths)} images of {count} prompts under {a.out}" + (f"; truth in {a.coco}" if a.coco else ""))
+    from negt2i.metrics.totals import plural
+
+    made = f"{plural(len(paths), 'image')} of {plural(count, 'prompt')}"
+    print(f"{made} under {a.out}" + (f"; truth in {a.coco}" if a.coco else ""))
     return 0
 
 

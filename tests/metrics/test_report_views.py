@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,42 @@ def test_rerun_removes_only_its_own_stale_outputs(results_a: Path, tmp_path: Pat
     assert main(["report", f"B={results_a}", "--out", str(out), "--bootstrap", "20"]) == 0
     plots = sorted(p.name for p in (out / "plots").iterdir())
     assert "heatmap-a.png" not in plots and "heatmap-b.png" in plots and "my-figure.png" in plots
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_report_that_cannot_be_made_leaves_nothing_behind(
+    results_a: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No partial report (issue 45): without matplotlib the command says so before any work and writes nothing
+    (a new --out is not even created); a failure half-way through the plots leaves the folder as it was, the
+    user's files and the previous report included, and no staging folder."""
+    out = tmp_path / "new" / "r"
+    argv = ["report", f"A={results_a}", "--out", str(out), "--bootstrap", "20"]
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "matplotlib", None)  # not installed (the core profile)
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "plots need matplotlib" in err and "pip install '.[reports]'" in err and "--no-plots" in err
+    assert "nothing was written" in err
+    assert not (tmp_path / "new").exists()
+    assert main([*argv, "--no-plots"]) == 0  # a previous report, and a file of the user's beside it
+    (out / "notes.txt").write_text("mine")
+    before = _files(out)
+    from negt2i.metrics import plots
+
+    real = plots.report_figures
+
+    def half_way(report: dict[str, Any]) -> Any:  # a plotting library that fails after three figures
+        yield from list(real(report))[:3]
+        raise ModuleNotFoundError("No module named 'kiwisolver'", name="kiwisolver")
+
+    monkeypatch.setattr(plots, "report_figures", half_way)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "kiwisolver" in err and "pip install '.[reports]'" in err and f"nothing was written to {out}" in err
+    assert _files(out) == before
+    assert not list(tmp_path.rglob(".negt2i-report-*"))

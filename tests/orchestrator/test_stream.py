@@ -17,7 +17,7 @@ import pytest
 
 from negt2i.client import EvaluatorClient
 from negt2i.core.failures import Code, Failure, FailureKind
-from negt2i.run.stream import RetryPolicy, StreamSubmitter
+from negt2i.run.stream import INTERRUPTED, RetryPolicy, StreamSubmitter
 from negt2i.wire import adapter
 from negt2i.wire.errors import Reason
 from negt2i.wire.v1 import common_pb2, evaluator_pb2
@@ -224,6 +224,27 @@ def test_the_stall_watchdog_stops_the_run_and_leaves_the_rest() -> None:
     assert [bool(a.left) for a in answers] == [i == 1 for i in range(8)]
     assert answers[1].response is None and "stopped answering" in answers[1].left
     assert submitter.stats.stream_error is not None and "stopped answering" in submitter.stats.stream_error
+
+
+def test_stop_from_another_thread_ends_the_run_at_once_and_leaves_the_rest() -> None:
+    """The one stop every driver uses on Ctrl-C (``negt2i generate --score`` calls it from the generating thread):
+    nothing is answered here, so without it the run would wait for the stall watchdog (``item_timeout``, 5 s)."""
+    server = _Server(lambda item, _: ("ok", 0.0) if item == 0 else ("drop", 0.0))
+    try:
+        with EvaluatorClient(f"127.0.0.1:{server.port}", timeout=None) as client:
+            submitter = StreamSubmitter(client, _request, window=3, policy=FAST, warn=lambda _: None)
+            threading.Timer(0.5, submitter.stop).start()
+            start = time.monotonic()
+            answers = list(submitter.run(range(6)))
+            assert time.monotonic() - start < 3
+    finally:
+        server.stop()
+    assert [a.index for a in answers] == list(range(6))
+    assert answers[0].response is not None and not answers[0].left  # answered before the stop: kept
+    assert all(a.left == INTERRUPTED and a.response is None for a in answers[1:])  # in flight or never sent
+    assert set(server.sends) <= {0, 1, 2, 3} and submitter.stats.stream_error == INTERRUPTED
+    submitter.stop("again")  # idempotent: the first reason stays
+    assert submitter.stats.stream_error == INTERRUPTED
 
 
 def test_an_iterator_that_fails_ends_the_run_with_its_error() -> None:

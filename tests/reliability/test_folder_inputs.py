@@ -85,7 +85,7 @@ def test_evaluate_judges_the_rest_of_a_folder_with_bad_files(tmp_path: Path) -> 
         assert done.returncode == 0, f"run {run}: {done.stderr}"
         _check(_lines(out))
     # the rerun judged again only the line whose image cannot be hashed (the FIFO): one line per image still
-    assert "1 error lines and 0 changed images judged again" in done.stdout, done.stdout
+    assert "1 error line and 0 changed images judged again" in done.stdout, done.stdout
 
 
 def test_submit_judges_the_rest_of_a_folder_with_bad_files(rel_orchestrator: Proc, tmp_path: Path) -> None:
@@ -95,4 +95,4 @@ def test_submit_judges_the_rest_of_a_folder_with_bad_files(rel_orchestrator: Pro
         done = _run("submit", str(root), "--orchestrator", rel_orchestrator.target, "--out", str(out))
         assert done.returncode == 0, f"run {run}: {done.stderr}"
         _check(_lines(out))
-    assert "1 error lines and 0 changed images judged again" in done.stdout, done.stdout
+    assert "1 error line and 0 changed images judged again" in done.stdout, done.stdout

@@ -37,10 +37,12 @@ def serve_evaluator(
     *,
     workers: int,
     options: Sequence[tuple[str, Any]] = (),
+    serving: Sequence[str] = (),
 ) -> tuple[grpc.Server, int]:
     """A started ``grpc.server`` on 127.0.0.1 (a free port, returned with it) that answers the Evaluator's
-    ``GetServiceInfo`` and ``EvaluateStream`` with these handlers and reports ``negt2i.v1.Evaluator`` SERVING
-    on ``grpc.health.v1``: the stand-in orchestrators of the tests."""
+    ``GetServiceInfo`` and ``EvaluateStream`` with these handlers and reports ``negt2i.v1.Evaluator`` (and the
+    health names ``serving``, e.g. ``negt2i.v1.Evaluator/category/color``) SERVING on ``grpc.health.v1``: the
+    stand-in orchestrators of the tests."""
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
     server = grpc.server(futures.ThreadPoolExecutor(workers), options=list(options))
@@ -54,7 +56,8 @@ def serve_evaluator(
     }  # fmt: skip
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("negt2i.v1.Evaluator", handlers),))
     servicer = health.HealthServicer()
-    servicer.set("negt2i.v1.Evaluator", health_pb2.HealthCheckResponse.SERVING)
+    for name in ("negt2i.v1.Evaluator", *serving):
+        servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     port = free_port()
     server.add_insecure_port(f"127.0.0.1:{port}")

@@ -466,7 +466,7 @@ def test_submit_uses_the_one_results_writer(orchestrator: Proc, demo: Path, tmp_
     finally:
         holder.communicate("", timeout=30)
     assert main([*args, "--out", str(out)]) == 0
-    assert "results file: 4 images: 3 judged, 1 errors (unreadable_image 1)" in capsys.readouterr().out
+    assert "results file: 4 images: 3 judged, 1 error (unreadable_image 1)" in capsys.readouterr().out
 
 
 def test_submit_save_perception_matches_evaluate(orchestrator: Proc, demo: Path, tmp_path: Path):

@@ -95,6 +95,18 @@ def test_interrupted_fetch_leaves_nothing(tmp_path, fake_table):
         weights.fetch(["siglip2-so400m-378"], tmp_path, downloader=lambda e, f: "x", log=lambda m: None)
 
 
+def test_a_module_missing_mid_download_says_what_to_install(tmp_path, fake_table):
+    def needs_a_module(e, folder):
+        raise ModuleNotFoundError("No module named 'huggingface_hub'", name="huggingface_hub")
+
+    with pytest.raises(weights.WeightsFetchError) as info:
+        weights.fetch(["sam2.1-hiera-small"], tmp_path, downloader=needs_a_module, log=lambda m: None)
+    message = str(info.value)
+    assert "needs the Python package 'huggingface_hub'" in message and "pip install '.[fetch]'" in message
+    assert "could not download" not in message and "Without network" not in message
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_published_md5_is_checked(tmp_path):
     with pytest.raises(WeightsError, match="MD5"):
         weights.fetch(["rfdetr-seg-xl"], tmp_path, downloader=fake_downloader, log=lambda m: None)
