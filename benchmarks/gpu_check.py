@@ -15,7 +15,10 @@ Usage (on the GPU machine, from the repository root)::
     PYTHONPATH=$PWD .venv/bin/python benchmarks/gpu_check.py --smoke         # tiny models on CPU, seconds
 
 ``--smoke`` builds tiny versions of the same architectures at small inputs (a test runs it so that the
-script keeps working); its figures mean nothing. Figures are printed, never asserted.
+script keeps working); its figures mean nothing. Figures are printed, never asserted, after a ``machine:``
+line (the host's CPU model, core count, load average); the last figure line::
+
+    full pipeline, fp32, N images: R images/s
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+
+from machine import describe  # noqa: E402
 
 STAGES = ("detector", "segmenter", "attributes", "depth")
 DTYPES = ("fp32", "bf16", "fp16")
@@ -257,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
     started = time.perf_counter()
     name = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else "cpu"
+    print(describe())
     print(f"gpu_check: device {device} ({name}), torch {torch.__version__}, {size} px images, "
           f"{'SMOKE (tiny models: figures mean nothing)' if smoke else 'random weights'}")  # fmt: skip
     images, dets = scenes(max(batches), size)
