@@ -9,19 +9,29 @@ Calibration and the ablation never re-run a model: they re-apply the pure rules 
 - the eight ablation configurations of Table 17 (C5-C8 on one detector, SAM on / off, current / previous).
 
 Prints candidates per second and images re-judged per second (wall time, one process, the loading of the
-side file counted separately). Run: ``.venv/bin/python benchmarks/bench_calibrate.py [--prompts 48 --samples 4]``.
+side file counted separately), after a ``machine:`` line (CPU model, core count, load average); the figure line::
+
+    full (every statement)              N candidates/s  M images/s
+
+Run: ``.venv/bin/python benchmarks/bench_calibrate.py [--prompts 48 --samples 4]``; ``--smoke``: 6 prompts, one
+image each at 64 px, 2 candidates per kind (seconds; the figures mean nothing).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
+
+from machine import describe
 
 from negt2i.ablate import VARIANTS, variant_config
 from negt2i.calibrate import with_values
@@ -31,13 +41,17 @@ from negt2i.core.rejudge import load_saved
 from negt2i.stages.demo_data import write_demo
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--prompts", type=int, default=48)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--candidates", type=int, default=20, help="candidates timed per kind (default 20)")
-    args = ap.parse_args()
+    ap.add_argument("--smoke", action="store_true", help="6 prompts x 1 image at 64 px, 2 candidates: seconds")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.prompts, args.samples, args.size, args.candidates = 6, 1, 64, 2
+    print(describe())
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         write_demo(d / "demo", args.prompts, args.samples, seed=0, size=args.size)

@@ -10,8 +10,13 @@ Prints the figures and writes them as JSON (``--out``), the file ``negt2i agreem
         --out ours-cost.json                      # the paper's models (weights from `negt2i weights fetch`)
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_cost.py --backend synthetic --out /tmp/cost.json  # offline
 
-Without ``--images`` it judges demo images it draws (``negt2i.stages.demo_data``). Figures are printed,
-never asserted; with ``--backend synthetic`` they mean nothing (the plumbing is real).
+Without ``--images`` it judges demo images it draws (``negt2i.stages.demo_data``, ``--size`` px). Figures are
+printed, never asserted; with ``--backend synthetic`` they mean nothing (the plumbing is real). After a
+``machine:`` line (CPU model, core count, load average), the figure line::
+
+    NegT2IBench on cpu: N images, S s/img (median M), load L s, GPU GiB G, RSS GiB R, params P
+
+``--smoke``: ``--backend synthetic --limit 2 --size 64`` (seconds).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from machine import describe  # noqa: E402
 
 
 def count_params(stages: Any) -> int:
@@ -62,7 +69,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--weights-dir", default=None)
     parser.add_argument("--out", default=None, help="write the figures as JSON (for --ours-cost)")
+    parser.add_argument("--size", type=int, default=512, help="side of the drawn demo images, px (default 512)")
+    parser.add_argument("--smoke", action="store_true", help="--backend synthetic --limit 2 --size 64: seconds")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.backend, args.limit, args.size = "synthetic", 2, 64
+    print(describe())
 
     from negt2i.pipeline import Pipeline, Stages
     from negt2i.run.jobs import discover, read_job
@@ -73,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from negt2i.stages.demo_data import main as demo
 
         images = str(Path(tempfile.mkdtemp(prefix="bench-cost-")) / "demo")
-        demo([images, "--prompts", str(args.limit), "--samples", "1", "--size", "512"])
+        demo([images, "--prompts", str(args.limit), "--samples", "1", "--size", str(args.size)])
     jobs = [j for j in discover(images) if j.prompt is not None][: args.limit]
     if not jobs:
         print(f"{images}: no images with a prompt", file=sys.stderr)

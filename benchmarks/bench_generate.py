@@ -9,7 +9,12 @@ Figures are printed, never asserted. Usage::
     .venv/bin/python benchmarks/bench_generate.py --model sd1.5 --device cuda [--batch-size 4] [--images 16]
     .venv/bin/python benchmarks/bench_generate.py --tiny        # offline: the tests' tiny random pipeline, CPU
 
-``--model`` needs the weights in the Hugging Face cache (``hf download <repo>``).
+``--model`` needs the weights in the Hugging Face cache (``hf download <repo>``). After a ``machine:`` line (CPU
+model, core count, load average), the figure line::
+
+    S s/image, R images/s, T s per image-step
+
+``--smoke``: ``--tiny --images 1 --batch-size 1`` (seconds; the figures mean nothing).
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
+
+from machine import describe
 
 IMAGES_PER_MODEL = 4_800 * 4
 
@@ -33,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--images", type=int, default=8, help="timed images (after one warm-up batch)")
     p.add_argument("--steps", type=int, default=None, help="override the preset's steps (not the protocol)")
+    p.add_argument("--smoke", action="store_true", help="--tiny --images 1 --batch-size 1: seconds")
     a = p.parse_args(argv)
+    if a.smoke:
+        a.tiny, a.images, a.batch_size = True, 1, 1
+    print(describe())
 
     import torch
 
@@ -41,7 +54,6 @@ def main(argv: list[str] | None = None) -> int:
     from negt2i.generate.diffusers_backend import DiffusersGenerator
 
     if a.tiny:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from tests.generate.tiny import build_pipeline
 
         folder = build_pipeline(Path(tempfile.mkdtemp(prefix="bench-generate-")) / "pipe")

@@ -40,12 +40,18 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
+
+from machine import REFERENCE_VERSION, Reference, describe, ratio
+
 import negt2i
 
 SIZE = 1024
 CLASSES = ("laptop", "zebra", "backpack", "surfboard", "carrot")
 MODULES = ("perception", "spec", "verdict", "vocab")
 BASELINE = "negt2i_baseline"
+GOAL_X_REFERENCE = 1.0
+"""The goal: the slowest prompt's CPU median at most this many times the reference workload's (see the docs)."""
 
 
 def ellipse(cy: float, cx: float, ry: float, rx: float) -> np.ndarray:
@@ -161,56 +167,73 @@ def timed(judge: Callable[..., Any], prompt: object, perception: object, cpu: li
     wall.append((time.perf_counter() - t0) * 1000)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--baseline", metavar="REV", help="also time git revision REV's judge, interleaved")
-    args = parser.parse_args()
+    parser.add_argument("--smoke", action="store_true", help="3 runs per prompt: the script works (seconds)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.repeats = 3
     if args.repeats < 2:
         parser.error("--repeats must be at least 2")
     this = package("negt2i")
+    reference = Reference()
     with tempfile.TemporaryDirectory() as tmp:
         base = export_baseline(args.baseline, Path(tmp)) if args.baseline else None
         mine = cases(this)
         theirs = cases(base) if base else [None] * len(mine)
+        print(describe())
         print(f"judge() on {SIZE}x{SIZE} images with 5 objects (4 statements), {args.repeats} runs each, one thread; "
-              f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+              f"x ref: the CPU median over the reference workload's (benchmarks/machine.py, v{REFERENCE_VERSION}), "
+              f"timed alternately with it")  # fmt: skip
         if base is None:
-            print(f"{'prompt':<14}{'cpu median ms':>15}{'cpu p90 ms':>12}{'wall median ms':>16}")
+            print(f"{'prompt':<14}{'cpu median ms':>15}{'cpu p90 ms':>12}{'wall median ms':>16}{'x ref':>8}")
         else:
-            print(f"{'prompt':<14}{'cpu median ms':>15}{'cpu p90 ms':>12}{'baseline median':>17}"
+            print(f"{'prompt':<14}{'cpu median ms':>15}{'cpu p90 ms':>12}{'x ref':>8}{'baseline median':>17}"
                   f"{'this / baseline':>17}{'  verdicts identical'}")  # fmt: skip
-        worst = 0.0
+        worst: tuple[float, str, float] = (0.0, "", 0.0)
+        references: list[float] = []
         for (name, prompt, percs), other in zip(mine, theirs, strict=True):
             cpu: list[float] = []
             wall: list[float] = []
             base_cpu: list[float] = []
+            ref: list[float] = []
+            this.verdict.judge(prompt, percs[0])  # warm-up
+            reference.ms()
             for i in range(args.repeats):
                 k = i % len(percs)
                 if other is None:
                     timed(this.verdict.judge, prompt, percs[k], cpu, wall)
-                    continue
-                order = (0, 1) if i % 2 == 0 else (1, 0)  # alternate which goes first
-                for which in order:
-                    if which == 0:
-                        timed(this.verdict.judge, prompt, percs[k], cpu, wall)
-                    else:
-                        timed(base.verdict.judge, other[1], other[2][k], base_cpu, [])  # type: ignore[union-attr]
+                else:
+                    order = (0, 1) if i % 2 == 0 else (1, 0)  # alternate which goes first
+                    for which in order:
+                        if which == 0:
+                            timed(this.verdict.judge, prompt, percs[k], cpu, wall)
+                        else:
+                            timed(base.verdict.judge, other[1], other[2][k], base_cpu, [])  # type: ignore[union-attr]
+                ref.append(reference.ms())
             med = statistics.median(cpu)
-            worst = max(worst, med)
+            times_ref = ratio(cpu, ref)
+            references.extend(ref)
+            if times_ref > worst[0]:
+                worst = (times_ref, name, med)
             p90 = statistics.quantiles(cpu, n=10)[-1]
             if other is None:
-                print(f"{name:<14}{med:>15.2f}{p90:>12.2f}{statistics.median(wall):>16.2f}")
+                print(f"{name:<14}{med:>15.2f}{p90:>12.2f}{statistics.median(wall):>16.2f}{times_ref:>8.2f}")
                 continue
             same = all(
                 same_record(this.verdict.judge(prompt, p), base.verdict.judge(other[1], q))  # type: ignore[union-attr]
                 for p, q in zip(percs, other[2], strict=True)
             )
             base_med = statistics.median(base_cpu)
-            print(f"{name:<14}{med:>15.2f}{p90:>12.2f}{base_med:>17.2f}{med / base_med:>17.3f}"
+            print(f"{name:<14}{med:>15.2f}{p90:>12.2f}{times_ref:>8.2f}{base_med:>17.2f}{med / base_med:>17.3f}"
                   f"  {'yes' if same else 'NO'}")  # fmt: skip
-        print(f"slowest CPU-time median: {worst:.2f} ms (goal <= 5 ms); load average {os.getloadavg()[0]:.1f}")
+        times_ref, name, med = worst
+        print(f"slowest: {name} {times_ref:.2f} x reference (goal <= {GOAL_X_REFERENCE:g}); for information "
+              f"{med:.2f} ms CPU, reference {statistics.median(references):.2f} ms; {describe()}")  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

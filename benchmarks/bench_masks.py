@@ -4,9 +4,13 @@
   ``tests/core/test_mask_postprocess.py`` as the bit-exact reference);
 - ``negt2i.core.rle`` encode / decode (vectorised numpy) vs pycocotools' C implementation.
 
-Masks are SAM-like blobs (discs of radius 20-300 px with 5% holes). Prints median milliseconds per mask.
+Masks are SAM-like blobs (discs of radius 20-300 px with 5% holes). Prints median milliseconds per mask, after a
+``machine:`` line (CPU model, core count, load average); each figure line reads::
+
+    postprocess  opencv            N
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_masks.py [--masks 30]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_masks.py --smoke    # 2 masks (seconds)
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from machine import describe  # noqa: E402
+
 
 def per_mask_ms(fn: Callable[[Any], Any], items: Sequence[Any], repeats: int = 3) -> float:
     fn(items[0])
@@ -39,7 +45,11 @@ def per_mask_ms(fn: Callable[[Any], Any], items: Sequence[Any], repeats: int = 3
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--masks", type=int, default=30)
+    parser.add_argument("--smoke", action="store_true", help="2 masks: seconds")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.masks = 2
+    print(describe())
     import pycocotools.mask as coco
 
     from negt2i.core import rle

@@ -20,8 +20,14 @@ the server's resident memory (``VmRSS``; the peak from ``VmHWM``, reset after st
 Each case runs against this tree (``after``) and, with ``--before REV`` (default: the commit before the
 change; ``--before ''`` skips it), against ``git archive REV`` of ``negt2i/`` and ``orchestrator/`` in a
 temporary directory (``before``), in the same run; ratios are after / before. The documented figures
-(docs/services.md, "Memory") are printed next to the measured ones. The helpers (``start``, ``burst``,
-``measure``) are what ``tests/reliability/test_memory.py`` uses.
+(docs/services.md, "Memory") are printed next to the measured ones, after a ``machine:`` line (CPU model, core
+count, load average); the throughput figure lines read::
+
+    throughput         after        N   (N, N, N)
+
+``--smoke``: 2 calls of 1 MB, no ``before`` tree, one throughput run with a 256 px PNG, short settling times
+(seconds; the figures mean nothing). The helpers (``start``, ``burst``, ``measure``) are what
+``tests/reliability/test_memory.py`` uses.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from machine import describe  # noqa: E402
 
 BEFORE = "0b80ddd"
 """main before the change (issue 31, item 6)."""
@@ -225,14 +233,15 @@ def _code_name(resp: Any) -> str:
     return Code.of(resp.error.code).name if resp.HasField("error") else "OK"
 
 
-def png_4096() -> bytes:
-    """A 4096 x 4096 RGB PNG of about 20 MiB (noise in its top 1,700 rows, flat below)."""
+def png_4096(side: int = 4096) -> bytes:
+    """A 4096 x 4096 RGB PNG of about 20 MiB (noise in its top 1,700 rows, flat below); ``side`` scales it."""
     import numpy as np
     from PIL import Image
 
     rng = np.random.default_rng(0)
-    pixels = np.zeros((4096, 4096, 3), np.uint8)
-    pixels[:1700] = rng.integers(0, 256, (1700, 4096, 3), dtype=np.uint8)
+    noisy = side * 1700 // 4096
+    pixels = np.zeros((side, side, 3), np.uint8)
+    pixels[:noisy] = rng.integers(0, 256, (noisy, side, 3), dtype=np.uint8)
     buf = io.BytesIO()
     Image.fromarray(pixels).save(buf, format="PNG", compress_level=1)
     return buf.getvalue()
@@ -273,10 +282,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before", default=BEFORE, help="git revision to compare with ('' : none)")
     p.add_argument("--reps", type=int, default=3, help="throughput runs per tree")
     p.add_argument("--image", type=Path, help="a PNG for the throughput case (default: a drawn 4096 px one)")
+    p.add_argument("--smoke", action="store_true", help="2 calls of 1 MB, this tree only, small image: seconds")
     a = p.parse_args(argv)
+    started_s, settle_s = 1.0, 1.5
+    if a.smoke:
+        a.calls, a.mb, a.before, a.reps = 2, 1.0, "", 1
+        started_s, settle_s = 0.1, 0.1
+    print(describe())
     size = int(a.mb * 1e6)
     message = request_bytes(size)
-    image = a.image.read_bytes() if a.image else png_4096()
+    image = a.image.read_bytes() if a.image else png_4096(256 if a.smoke else 4096)
     legit = request_bytes(0)
     from negt2i.wire.v1 import evaluator_pb2
 
@@ -296,14 +311,14 @@ def main(argv: list[str] | None = None) -> int:
                      ("authenticated", TOKEN, a.calls, METHOD), ("streams", TOKEN, a.calls, STREAM))  # fmt: skip
             for case, token, connections, method in cases:
                 with start(env, tmp, tree) as server:
-                    time.sleep(1.0)
+                    time.sleep(started_s)
                     if method == STREAM:
                         load = functools.partial(stream_burst, server.target, message, a.calls, token=token,
                                                  connections=connections)  # fmt: skip
                     else:
                         load = functools.partial(burst, server.target, message, a.calls, token=token,
                                                  connections=connections, method=method)  # fmt: skip
-                    peak, after, codes = measure(server.pid, load)
+                    peak, after, codes = measure(server.pid, load, settle_s)
                     rows[name][case] = (peak, after, str(dict(codes)))  # type: ignore[call-overload]
         rates: dict[str, list[float]] = {name: [] for name in trees}
         stream_rates: dict[str, list[float]] = {name: [] for name in trees}

@@ -14,6 +14,13 @@ Part 2 (bounded memory, skipped with ``--large-streams 0``): ``--large-streams``
 the default for ``--memory-limit`` (half of what it leaves after the reserve for messages being received,
 as ``orchestrator.admission.default_budget`` derives it from the cgroup limit in Kubernetes). Prints the
 peak RSS against the limit.
+
+After a ``machine:`` line (CPU model, core count, load average), part 1's figure line reads::
+
+    N concurrent negt2i submit runs of M images each, S s (R images/s)
+
+``--smoke``: 2 clients of 2 images, one large stream of 2 images of 256 px, the four stages served from one
+light process (``tests/services/light_stages.py``, where ``bentoml serve`` takes 20-30 s to start): seconds.
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from machine import describe  # noqa: E402
+
+from tests.services.light_stages import start_light_stages  # noqa: E402
 from tests.services.live import (  # noqa: E402
     Proc,
     base_env,
@@ -126,8 +136,9 @@ def run_submits(target: str, images: Path, out_dir: Path, clients: int, orchestr
     return result
 
 
-def start_stages(tmp: Path) -> dict[str, Proc]:
-    procs = {s: start_stage(s, tmp) for s in STAGES}
+def start_stages(tmp: Path, light: bool = False) -> dict[str, Proc]:
+    """The four stage services (synthetic backends), ready; ``light``: from one light process."""
+    procs = start_light_stages(tmp) if light else {s: start_stage(s, tmp) for s in STAGES}
     for p in procs.values():
         wait_ready(p)
     return procs
@@ -198,12 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large-images", type=int, default=32)
     p.add_argument("--large-size", type=int, default=4096)
     p.add_argument("--memory-limit", type=_size, default=2 * GIB, help="the orchestrator's memory limit (k8s)")
+    p.add_argument("--smoke", action="store_true", help="2 clients x 2 images, 1 x 2 large of 256 px: seconds")
     a = p.parse_args(argv)
+    if a.smoke:
+        a.clients, a.prompts, a.samples = 2, 2, 1
+        a.large_streams, a.large_images, a.large_size = 1, 2, 256
+    print(describe())
 
     from negt2i.stages.demo_data import write_demo
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-overload-"))
-    stages = start_stages(tmp)
+    stages = start_stages(tmp, light=a.smoke)
     urls = {s: proc.url for s, proc in stages.items()}
     rc = 0
     try:

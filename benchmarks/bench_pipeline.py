@@ -8,10 +8,16 @@ floor) and therefore the downstream work depend on the weights; the pipeline fig
 therefore fixes the downstream work with a synthetic scene (two objects per image,
 every relation / attribute prompt evaluable) and times the real models on it.
 
-Figures are printed, never asserted. Usage::
+Figures are printed, never asserted; after a ``machine:`` line (CPU model, core count, load average), a
+table whose last row is the whole pipeline::
+
+    pipeline        R        S  color / directional / depth prompts in turn
+
+Usage::
 
     .venv/bin/python benchmarks/bench_pipeline.py [--images 4] [--size 512] [--threads 2]
         [--stages detector,segmenter,attributes,depth,pipeline]
+    .venv/bin/python benchmarks/bench_pipeline.py --smoke   # tiny models (gpu_check's), 2 images of 64 px: seconds
 
 The SigLIP 2 text tower needs the Gemma tokenizer, which is part of the downloaded
 weights; here a stand-in tokenizer returns fixed token ids (text embeddings are
@@ -22,9 +28,15 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
+
+from machine import describe
 
 STAGES = ("detector", "segmenter", "attributes", "depth", "pipeline")
 
@@ -141,7 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
     parser.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
+    parser.add_argument("--smoke", action="store_true", help="tiny models, 2 images of 64 px, 1 thread: seconds")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.images, args.size, args.threads = 2, 64, 1
     import torch
 
     from negt2i.core.vocab import COLOR_ANSWERS
@@ -151,14 +166,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     wanted = [s.strip() for s in args.stages.split(",") if s.strip()]
+    print(describe())
     print(f"CPU: {platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads")
     if args.device != "cpu":
         print(f"device: {args.device} ({torch.cuda.get_device_name(torch.device(args.device))})")
-    print(f"{args.images} images of {args.size}x{args.size} px, random weights, float32, batch = all images\n")
+    weights = "SMOKE: tiny models (figures mean nothing)" if args.smoke else "random weights"
+    print(f"{args.images} images of {args.size}x{args.size} px, {weights}, float32, batch = all images\n")
     images = scenes(args.images, args.size)
     built: dict[str, Any] = {}
-    builders = {"detector": build_detector, "segmenter": build_segmenter, "attributes": build_attributes,
-                "depth": build_depth}  # fmt: skip
+    builders: dict[str, Callable[[str], Any]] = {"detector": build_detector, "segmenter": build_segmenter,
+                                                 "attributes": build_attributes, "depth": build_depth}  # fmt: skip
+    if args.smoke:
+        import gpu_check  # its tiny versions of the same architectures
+
+        builders = {s: (lambda device, s=s: gpu_check.build_stage(s, device, "fp32", smoke=True)) for s in builders}
     for stage, build in builders.items():
         if stage in wanted or "pipeline" in wanted:
             seconds, built[stage] = _timed(lambda build=build: build(args.device))

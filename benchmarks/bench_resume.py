@@ -7,15 +7,26 @@ rewrites the file without them, atomically). Images are small synthetic PNGs (wh
 results file and the hashing, not perception); hashing cost grows with the image bytes, so the
 MB/s figure is printed too.
 
-Run: ``.venv/bin/python benchmarks/bench_resume.py [--prompts 4800] [--samples 1] [--dir DIR]``.
+After a ``machine:`` line (CPU model, core count, load average), the figure lines include::
+
+    hashing N images (M MB): S s (R MB/s)
+    open + check N lines: S s; full resume plan (incl. hashing): T s
+
+Run: ``.venv/bin/python benchmarks/bench_resume.py [--prompts 4800] [--samples 1] [--dir DIR]``; ``--smoke``: 8
+prompts at 32 px (seconds).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
+
+from machine import describe
 
 from negt2i.core.config import CURRENT
 from negt2i.core.results import ResultsWriter
@@ -28,13 +39,17 @@ from negt2i.stages.demo_data import write_demo
 SYNTH = dict.fromkeys(("detector", "segmenter", "attributes", "depth"), "synthetic")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--prompts", type=int, default=4800)
     p.add_argument("--samples", type=int, default=1)
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--dir", default=None, help="work folder (default: a temporary one)")
-    a = p.parse_args()
+    p.add_argument("--smoke", action="store_true", help="8 prompts at 32 px: seconds")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.prompts, a.samples, a.size = 8, 1, 32
+    print(describe())
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(a.dir or tmp)
         images = root / "images"

@@ -21,6 +21,13 @@ peak memory (``ru_maxrss`` growth while it was built and ran; ``torch.cuda.max_m
 CUDA). The services are real processes on 127.0.0.1 (``bentoml serve`` per stage, ``python -m
 orchestrator``), started and warmed up before the clock starts; ``--backend synthetic`` needs no weights,
 ``random`` runs the paper's four architectures with random weights (``benchmarks/random_backends.py``).
+
+After a ``machine:`` line (CPU model, core count, load average), per batch size, one line per path::
+
+      client(bytes)   p50 N ms  p99 N ms  R images/s   x bare: p50 X  p99 X  images/s X
+
+``--smoke``: one batch of 2 images of 64 px, one timed batch per path, the four stages served from one light
+process (``tests/services/light_stages.py``, where ``bentoml serve`` takes 20-30 s to start): seconds.
 """
 
 from __future__ import annotations
@@ -40,11 +47,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from machine import describe  # noqa: E402
+
 from negt2i.client import EvaluatorClient, make_request  # noqa: E402
 from negt2i.core.spec import parse_prompt  # noqa: E402
 from negt2i.reward import RewardClient, RewardJudge  # noqa: E402
 from negt2i.stages.demo_data import demo_entries  # noqa: E402
 from negt2i.wire import adapter  # noqa: E402
+from tests.services.light_stages import start_light_stages  # noqa: E402
 from tests.services.live import start_orchestrator, start_stage, wait_health, wait_ready  # noqa: E402
 
 STAGES = ("detector", "segmenter", "attributes", "depth")
@@ -100,7 +110,7 @@ def _measure(
     return times
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--batches", default="16,64", help="comma-separated batch sizes")
     p.add_argument("--size", type=int, default=512, help="image side in pixels")
@@ -110,7 +120,11 @@ def main() -> int:
     p.add_argument("--dtype", default="fp32", help="the in-process judge's precision (fp32, bf16, fp16)")
     p.add_argument("--window", type=int, default=64, help="RewardClient window (images in flight)")
     p.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads per stage process")
-    a = p.parse_args()
+    p.add_argument("--smoke", action="store_true", help="1 batch of 2 images at 64 px, light stages: seconds")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.batches, a.size, a.repeats, a.backend = "2", 64, 1, "synthetic"
+    print(describe())
     sizes = [int(x) for x in a.batches.split(",") if x.strip()]
     if not sizes or min(sizes) < 1 or a.repeats < 1:
         p.error("--batches needs positive sizes and --repeats >= 1")
@@ -126,7 +140,10 @@ def main() -> int:
     backends = dict.fromkeys(STAGES, a.backend)
     print(f"batches {sizes} at {a.size} x {a.size} px, backend {a.backend}, {a.repeats} timed batches per path; "
           f"cpu count {os.cpu_count()}")  # fmt: skip
-    procs = {s: start_stage(s, tmp, backend=backends[s], env=stage_env) for s in STAGES}
+    if a.smoke:
+        procs = start_light_stages(tmp, stage_env)
+    else:
+        procs = {s: start_stage(s, tmp, backend=backends[s], env=stage_env) for s in STAGES}
     orch = None
     try:
         for proc in procs.values():

@@ -15,6 +15,13 @@ plus fillers up to N raw detections per image with full-size masks (RF-DETR retu
 ``--stage-bodies`` runs one orchestrator per body type against the same stage services (``auto``: binary
 protobuf, as the services list it; ``json``: the JSON mapping, as before binary bodies existed), so both
 are measured in one run.
+
+After a ``machine:`` line (CPU model, core count, load average), the figure line per body type reads::
+
+    ratio services / embedded (auto): R x   (results: identical; depth on the wire: float16)
+
+``--smoke``: 2 prompts x 1 image of 64 px, one run each, one wire sample, the four stages served from one light
+process (``tests/services/light_stages.py``, where ``bentoml serve`` takes 20-30 s to start): seconds.
 """
 
 from __future__ import annotations
@@ -35,12 +42,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from machine import describe  # noqa: E402
+
 from negt2i.client import EvaluatorClient, make_request  # noqa: E402
 from negt2i.evaluate import evaluate  # noqa: E402
 from negt2i.pipeline import Stages  # noqa: E402
 from negt2i.run.jobs import discover  # noqa: E402
 from negt2i.stages.demo_data import write_demo  # noqa: E402
 from negt2i.submit import submit  # noqa: E402
+from tests.services.light_stages import start_light_stages  # noqa: E402
 from tests.services.live import start_orchestrator, start_stage, wait_health, wait_ready  # noqa: E402
 
 STAGES = ("detector", "segmenter", "attributes", "depth")
@@ -67,7 +77,7 @@ def _verdicts(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--prompts", type=int, default=48)
     p.add_argument("--samples", type=int, default=4)
@@ -80,7 +90,11 @@ def main() -> int:
     p.add_argument("--depth-encoding", choices=("float16", "float32"), default="float16")
     p.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads per process (real backends)")
     p.add_argument("--stage-concurrency", type=int, default=8, help="orchestrator calls in flight per stage")
-    a = p.parse_args()
+    p.add_argument("--smoke", action="store_true", help="2 images of 64 px, one run, light stages: seconds")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.prompts, a.samples, a.size, a.repeats, a.wire_samples, a.backend = 2, 1, 64, 1, 1, "synthetic"
+    print(describe())
     bodies = [b.strip() for b in a.stage_bodies.split(",") if b.strip()]
     assert set(bodies) <= {"auto", "json"}, bodies
 
@@ -111,7 +125,12 @@ def main() -> int:
         stage_env["NEGT2I_BACKEND_MODULES"] = ",".join(modules)
     if os.environ.get("NEGT2I_WEIGHTS_DIR"):
         stage_env["NEGT2I_WEIGHTS_DIR"] = os.environ["NEGT2I_WEIGHTS_DIR"]
-    procs = {s: start_stage(s, tmp, backend=backends[s], env=stage_env) for s in STAGES}
+    if a.smoke:
+        procs = start_light_stages(
+            tmp, {**stage_env, **{f"NEGT2I_{s.upper()}_BACKEND": b for s, b in backends.items()}}
+        )
+    else:
+        procs = {s: start_stage(s, tmp, backend=backends[s], env=stage_env) for s in STAGES}
     orchs: dict[str, Any] = {}
     embedded_s: list[float] = []
     services_s: dict[str, list[float]] = {b: [] for b in bodies}

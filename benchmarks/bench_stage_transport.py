@@ -13,9 +13,13 @@ transports carry the same RLE strings and image bytes):
   ``SerializeToString`` of the request message, ``FromString`` of the response message);
 - **service**: parse the request body into item messages, build the response body (the same, the other way).
 
-Prints one line per stage and K: body bytes and median milliseconds per side, for both transports::
+Prints, after a ``machine:`` line (CPU model, core count, load average), one line per stage and K: body bytes
+and median milliseconds per side, for both transports, and the sum over the four stages::
+
+    all four stages (K=20): orchestrator json N ms vs protobuf M ms per image; services json N ms vs protobuf M ms
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_stage_transport.py [--repeats 7] [--clock wall|cpu]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_stage_transport.py --smoke    # 256 px, 1 repeat (seconds)
 
 ``--clock cpu`` times process CPU time (steadier than the wall clock on a shared machine).
 """
@@ -36,6 +40,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from machine import describe  # noqa: E402
+
 from negt2i.core.vocab import COCO_CLASSES  # noqa: E402
 from negt2i.wire import adapter  # noqa: E402
 from negt2i.wire.stage_table import STAGE_TABLE  # noqa: E402
@@ -44,10 +50,10 @@ from negt2i.wire.v1 import common_pb2, stages_pb2  # noqa: E402
 SIZE = 1024
 
 
-def scene(rng: np.random.Generator) -> np.ndarray:
+def scene(rng: np.random.Generator, size: int = SIZE) -> np.ndarray:
     """A smooth random RGB scene (bilinear blow-up of a coarse grid) with Gaussian noise of sigma 6."""
     coarse = rng.uniform(0, 255, size=(9, 9, 3))
-    idx = np.linspace(0, 8, SIZE)
+    idx = np.linspace(0, 8, size)
     i0 = np.minimum(idx.astype(int), 7)
     f = (idx - i0)[:, None]
     rows = coarse[i0] * (1 - f[..., None]) + coarse[i0 + 1] * f[..., None]  # (SIZE, 9, 3)
@@ -57,14 +63,14 @@ def scene(rng: np.random.Generator) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
-def blob_masks(rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray]:
+def blob_masks(rng: np.random.Generator, k: int, size: int = SIZE) -> tuple[np.ndarray, np.ndarray]:
     """K ellipse masks in random boxes (K, H, W) and their boxes (K, 4)."""
-    masks = np.zeros((k, SIZE, SIZE), dtype=bool)
+    masks = np.zeros((k, size, size), dtype=bool)
     boxes = np.zeros((k, 4), dtype=np.float32)
-    yy, xx = np.mgrid[0:SIZE, 0:SIZE]
+    yy, xx = np.mgrid[0:size, 0:size]
     for i in range(k):
-        w, h = rng.uniform(40, 500, size=2)
-        x0, y0 = rng.uniform(0, SIZE - w), rng.uniform(0, SIZE - h)
+        w, h = rng.uniform(40, 500, size=2) * size / SIZE
+        x0, y0 = rng.uniform(0, size - w), rng.uniform(0, size - h)
         cx, cy, rx, ry = x0 + w / 2, y0 + h / 2, w / 2, h / 2
         masks[i] = ((yy + 0.5 - cy) / ry) ** 2 + ((xx + 0.5 - cx) / rx) ** 2 <= 1.0
         boxes[i] = (x0, y0, x0 + w, y0 + h)
@@ -129,26 +135,32 @@ def measure(stage: str, item: Any, result: Any, repeats: int) -> dict[str, float
     }
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall")
-    a = p.parse_args()
+    p.add_argument("--size", type=int, default=SIZE, help=f"image side, px (default {SIZE})")
+    p.add_argument("--smoke", action="store_true", help="256 px, 1 repeat: seconds")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.size, a.repeats = 256, 1
     CLOCK[0] = time.process_time if a.clock == "cpu" else time.perf_counter
+    print(describe())
+    size = a.size
     rng = np.random.default_rng(0)
-    png = adapter.encode_png(scene(rng))
+    png = adapter.encode_png(scene(rng, size))
     image = adapter.image_to_proto(png)
-    masks, boxes = blob_masks(rng, 300)
+    masks, boxes = blob_masks(rng, 300, size)
     rles = [adapter.mask_to_proto(m) for m in masks]  # RLE once: both transports carry the same strings
     names = [COCO_CLASSES[i % len(COCO_CLASSES)] for i in range(300)]
     answers = ["red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white", "gray"]
-    depth = rng.uniform(0, 10, size=(SIZE, SIZE)).astype(np.float32)
-    print(f"1024 x 1024 px, PNG {len(png) / 1024:.0f} KiB; per image per side, median of {a.repeats} "
+    depth = rng.uniform(0, 10, size=(size, size)).astype(np.float32)
+    print(f"{size} x {size} px, PNG {len(png) / 1024:.0f} KiB; per image per side, median of {a.repeats} "
           f"({a.clock} clock); body sizes in KiB (request / response)")  # fmt: skip
 
     cases: list[tuple[str, int, Any, Any]] = []
     for k in (20, 300):
-        det = stages_pb2.DetectResult(height=SIZE, width=SIZE, model_digest="0123456789abcdef")
+        det = stages_pb2.DetectResult(height=size, width=size, model_digest="0123456789abcdef")
         for i in range(k):
             det.detections.append(
                 stages_pb2.Detection(class_name=names[i], score=0.5, box=adapter.box_to_proto(boxes[i]), mask=rles[i])

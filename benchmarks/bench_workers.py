@@ -11,7 +11,11 @@ Everything else is the real code: the one decoder, the flow and the rules, the o
 drawn as synthetic scenes (``negt2i.stages.demo_data``) at ``--size`` px, PNG.
 
 The results files of all runs must be byte-identical (checked, printed). Figures are printed, never
-asserted. Usage::
+asserted; after a ``machine:`` line (CPU model, core count, load average), one line per worker count::
+
+    workers 1: R images/s (S s; stub model time M s, the models' bound B images/s)
+
+Usage (``--smoke``: 8 images at 64 px, batch 4, workers 0 and 1, 1 ms per stage call: seconds)::
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_workers.py [--images 192] [--size 512] [--batch-size 8]
         [--stage-ms 12,8,4,6] [--workers 0,1,4]
@@ -41,6 +45,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +53,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
+
+from machine import describe
 
 from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
@@ -147,7 +156,7 @@ def in_call(stages: Stages) -> Stages:
                                                                 stages.attributes, stages.depth)))  # fmt: skip
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--images", type=int, default=192)
     p.add_argument("--size", type=int, default=512)
@@ -160,7 +169,11 @@ def main() -> None:
     p.add_argument("--variants", default="prepared",
                    help="comma-separated: prepared (preprocessing on the worker side), in-call (inside the "
                         "models' calls); run interleaved")  # fmt: skip
-    a = p.parse_args()
+    p.add_argument("--smoke", action="store_true", help="8 images at 64 px, workers 0,1, 1 ms stages: seconds")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.images, a.size, a.batch_size, a.workers, a.stage_ms = 8, 64, 4, "0,1", "1,1,1,1"
+    print(describe())
     ms = [float(v) for v in a.stage_ms.split(",")]
     counts = [int(v) for v in a.workers.split(",")]
     variants = [v.strip() for v in a.variants.split(",") if v.strip()]

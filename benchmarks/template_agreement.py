@@ -15,15 +15,26 @@ The synthetic scorer reads no text, so with ``--backend attributes=synthetic`` t
 construction. Usage::
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/template_agreement.py [--samples 2] [--model tiny]
+
+The figure line (after a ``machine:`` line: CPU model, core count, load average)::
+
+    image verdicts that differ (single vs geneval templates): N of M (P%)
+
+``--smoke``: ``--samples 1 --model tiny`` (seconds).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
+
+from machine import describe
 
 from negt2i.core.config import CURRENT, AttributeConfig, RuleConfig
 from negt2i.evaluate import evaluate
@@ -63,11 +74,15 @@ def scorer(model: str, config: RuleConfig, tmp: Path) -> Any:
     return SigLIPScorer(net, preprocess, tokenizer, info, config=config)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--samples", type=int, default=2, help="images per prompt")
     p.add_argument("--model", choices=("tiny", "so400m"), default="tiny")
-    a = p.parse_args()
+    p.add_argument("--smoke", action="store_true", help="--samples 1 --model tiny: seconds")
+    a = p.parse_args(argv)
+    if a.smoke:
+        a.samples, a.model = 1, "tiny"
+    print(describe())
     ensemble = RuleConfig(name="geneval-templates", attributes=AttributeConfig(text_templates="geneval"))
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

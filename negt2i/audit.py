@@ -272,7 +272,9 @@ def draw_overlay(image: NDArray[np.uint8], line: Mapping[str, Any], seen: SavedP
     return buf.getvalue()
 
 
-def _placeholder(text: str) -> bytes:
+def placeholder_png(text: str) -> bytes:
+    """A small PNG card saying ``text`` (at most 70 characters): what an audit page shows for an image it
+    could not read."""
     from PIL import Image, ImageDraw
 
     img = Image.new("RGB", (MIN_SIDE, 120), (245, 245, 247))
@@ -300,7 +302,9 @@ CSS = (
 )
 
 
-def _safe(filename: str) -> str:
+def safe_name(filename: str) -> str:
+    """``filename`` reduced to letters, digits, ``.``, ``_`` and ``-`` (other runs become ``_``): safe as a file
+    name and an HTML id; ``image`` when nothing is left."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", filename).strip("_") or "image"
 
 
@@ -346,7 +350,7 @@ def _card(line: Mapping[str, Any], png_b64: str, png_name: str, seen: SavedPerce
         else "<p class='note'>No perception stored for this image: boxes and masks are not drawn.</p>"
     )
     return (
-        f"<section class='card' id='{e(_safe(str(line['filename'])))}'>"
+        f"<section class='card' id='{e(safe_name(str(line['filename'])))}'>"
         f"<div><img alt='{e(str(line['filename']))} with masks and boxes' src='data:image/png;base64,{png_b64}'>"
         f"<div class='note'>{e(png_name)}</div></div>"
         f"<div class='info'><h2>{e(str(line['filename']))}</h2>"
@@ -388,14 +392,14 @@ def write_audit(
             pixels = load_image(root / name)
             png = draw_overlay(pixels, line, seen)
         except (ValueError, OSError) as exc:
-            png = _placeholder(f"image not readable: {exc}")
-        png_path = out / "images" / (_safe(str(Path(name).with_suffix(""))) + ".png")
+            png = placeholder_png(f"image not readable: {exc}")
+        png_path = out / "images" / (safe_name(str(Path(name).with_suffix(""))) + ".png")
         png_path.write_bytes(png)
         pngs.append(png_path)
         cards.append(_card(line, base64.b64encode(png).decode("ascii"), f"images/{png_path.name}", seen))
     e = html.escape
     toc = "".join(
-        f"<li><a href='#{e(_safe(str(r['filename'])))}'>{e(str(r['filename']))}</a> "
+        f"<li><a href='#{e(safe_name(str(r['filename'])))}'>{e(str(r['filename']))}</a> "
         f"{'correct' if r.get('correct') else e(str(r.get('failure_class') or 'incorrect'))}</li>"
         for r in chosen
     )

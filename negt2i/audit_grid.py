@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from negt2i.audit import AuditError, _placeholder, _safe
+from negt2i.audit import AuditError, placeholder_png, safe_name
 from negt2i.metrics.records import CATEGORY_ORDER
 
 CELL_SIDE = 256
@@ -85,7 +85,7 @@ def _thumbnail(path: Path) -> bytes:
     try:
         pixels = load_image(path)
     except (ValueError, OSError) as exc:
-        return _placeholder(f"image not readable: {exc}")
+        return placeholder_png(f"image not readable: {exc}")
     image = Image.fromarray(pixels)
     scale = CELL_SIDE / max(image.size)
     size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
@@ -140,7 +140,7 @@ def write_grid(
         for k, m in enumerate(models):
             line = m.lines[(pid, sample)]
             png = _thumbnail(m.images / str(line["filename"]))
-            path = out / "grid" / f"{_safe(pid)}-{k}-{_safe(m.name)}.png"
+            path = out / "grid" / f"{safe_name(pid)}-{k}-{safe_name(m.name)}.png"
             path.write_bytes(png)
             pngs.append(path)
             ok = bool(line.get("correct"))

@@ -261,7 +261,9 @@ class _RelationState:
         raise BuildError(f"{pid}: no new prompt after {_MAX_ATTEMPTS} attempts")
 
 
-def _rng(seed: int, category: Category, namespace: str = "negt2ibench") -> random.Random:
+def category_rng(seed: int, category: Category, namespace: str = "negt2ibench") -> random.Random:
+    """The random source of one category's draws: seeded by ``namespace``, ``seed`` and the category, so each
+    category (and each split, through ``namespace``) draws the same prompts whatever else is built."""
     return random.Random(f"{namespace}:{seed}:{category.value}")
 
 
@@ -306,7 +308,7 @@ def build_category(
     target_pool: int = DEFAULT_TARGET_POOL,
 ) -> list[Prompt]:
     """The ``8 x per_cell`` prompts of one category, settings in the paper's order."""
-    state = category_state(category, selector, _rng(seed, category), target_pool=target_pool)
+    state = category_state(category, selector, category_rng(seed, category), target_pool=target_pool)
     seen: set[str] = set()
     prompts: list[Prompt] = []
     for positive, negated in SETTINGS:
@@ -391,6 +393,7 @@ __all__ = [
     "build_category",
     "build_corpus",
     "build_metadata",
+    "category_rng",
     "corpus_bytes",
     "metadata_path",
     "prompt_id",

@@ -39,7 +39,7 @@ from negt2i.corpus.build import (
     DEFAULT_TARGET_POOL,
     FORMAT,
     BuildError,
-    _rng,
+    category_rng,
     category_state,
     corpus_bytes,
 )
@@ -117,7 +117,7 @@ def _train_category(
     state = category_state(
         category,
         selector,
-        _rng(seed, category, "negt2ibench-train"),
+        category_rng(seed, category, "negt2ibench-train"),
         target_pool=target_pool,
         forbidden=exclusion.pairs.get(category, frozenset()),
     )
