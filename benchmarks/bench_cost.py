@@ -40,10 +40,10 @@ from machine import describe  # noqa: E402
 def count_params(stages: Any) -> int:
     """Parameters of every torch module reachable from the stage objects' attributes (one level deep, each
     module counted once)."""
-    try:
-        import torch
-    except ImportError:
+    if "torch" not in sys.modules:  # nothing imported it (the synthetic stages): no torch module to count
         return 0
+    import torch
+
     seen: set[int] = set()
     total = 0
     for stage in (stages.detector, stages.segmenter, stages.attributes, stages.depth):

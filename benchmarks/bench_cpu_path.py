@@ -24,17 +24,18 @@ A stand-in network that would run instead of the stubbed methods raises, so a ba
 a stub fails the run (``tests/benchmarks/test_smoke.py`` runs ``--smoke``) instead of timing something else.
 
 Images are 1024 x 1024; prompts are the benchmark's own (``data/negt2ibench.jsonl``, every category),
-drawn at random. The stub outputs are computed in a warm-up pass; each timed pass runs the same images
-again, followed by eight runs of the reference workload (``benchmarks/machine.py``) on the same clock.
+drawn at random. The stub outputs are computed in a warm-up pass, and a second one settles the memory
+allocator; each timed pass runs the same images again, followed by one untimed and eight timed runs of the
+reference workload (``benchmarks/machine.py``) on the same clock.
 Prints, per K, exactly one line::
 
-    cpu path per image (1024 px, K=300): median R x reference (goal <= 5); for information N ms, reference M ms,
+    cpu path per image (1024 px, K=300): median R x reference (goal <= 3.3); for information N ms, reference M ms,
         RF-DETR's transform (on the GPU in production) T ms more
 
 (one line; R = the median of the CPU path per image over the median of the reference workload), between two
 ``machine:`` lines (CPU model, core count, load average). Usage::
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_cpu_path.py [--images 12] [--repeats 3] [--k 20,300]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_cpu_path.py [--images 12] [--repeats 5] [--k 20,300]
         [--clock cpu|wall] [--no-filter]
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_cpu_path.py --smoke     # 2 images, 1 pass, K=300
 
@@ -63,7 +64,7 @@ from machine import REFERENCE_VERSION, Reference, describe, ratio  # noqa: E402
 
 SIZE = 1024
 GOAL_K = 300
-GOAL_X_REFERENCE = 5.0
+GOAL_X_REFERENCE = 3.3
 """The goal: at K = 300, the CPU path per image at most this many times the reference workload (docs)."""
 REFERENCE_UNITS = 8
 """Reference runs timed after each pass."""
@@ -371,6 +372,7 @@ def measure(
     failed = [r for r in results if not r.ok]
     if failed:
         raise SystemExit(f"bench_cpu_path: {len(failed)} images failed: {failed[0]}")
+    pipeline.run(prompts, images)  # and once more: the first pass after it still paid for fresh memory (+150 %)
     reference.ms(now)
     out = Measured([], [], [])
     for _ in range(repeats):
@@ -380,6 +382,7 @@ def measure(
         elapsed = now() - start
         out.path_ms.append((elapsed - detector.transform_s) / n_images * 1000)
         out.transform_ms.append(detector.transform_s / n_images * 1000)
+        reference.ms(now)  # after the pass, as before the first: one run untimed
         out.reference_ms.extend(reference.ms(now) for _ in range(REFERENCE_UNITS))
     return out
 
@@ -387,7 +390,7 @@ def measure(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=12, help="images per pass (default 12)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes; the median is printed (default 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed passes; the median is printed (default 5)")
     parser.add_argument("--k", default="20,300", help="raw detections per image, comma-separated (default 20,300)")
     parser.add_argument("--threads", type=int, default=1, help="torch and OpenCV threads (default 1)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu", help="process CPU time (default) or wall")

@@ -1,10 +1,17 @@
 """Time the whole judgement of one relation image: 1024x1024, 5 objects (a pos2_neg2 star prompt).
 
-Goal (issue "Core evaluator"): median <= 5 ms per image on one core. Prints the
-median and 90th percentile of the thread's CPU time per relation category and for an
-attribute prompt (CPU time, unlike wall time, does not count the waits of a shared,
-busy machine), and the wall-time median beside it.
-Run: ``make bench`` or ``.venv/bin/python benchmarks/bench_judge.py [--repeats N]``.
+Prints the median and 90th percentile of the thread's CPU time per relation category and for an
+attribute prompt (CPU time, unlike wall time, does not count the waits of a shared, busy machine), the
+wall-time median beside it, and the CPU median as a ratio to the reference workload (``benchmarks/machine.py``),
+run once after every judgement on the same clock (``x ref``): the ratio moves far less with the machine and
+its load than the time does. Goal (issue "Core evaluator", restated in issue 44): the slowest prompt's
+median at most ``GOAL_X_REFERENCE`` (0.8) x reference, which is 5 ms per image on one core of the
+development machine the ratio was set on (docs/performance.md). The last line reads::
+
+    slowest: depth R x reference (goal <= 0.8); for information N ms CPU, reference M ms; machine: ...
+
+Run: ``make bench`` or ``.venv/bin/python benchmarks/bench_judge.py [--repeats N]``; ``--smoke``: 3 runs per
+prompt (seconds).
 
 ``--baseline REV`` also times the ``negt2i`` package of git revision REV (exported from this
 repository to a temporary directory under the name ``negt2i_baseline``) on the same images,
@@ -50,7 +57,7 @@ SIZE = 1024
 CLASSES = ("laptop", "zebra", "backpack", "surfboard", "carrot")
 MODULES = ("perception", "spec", "verdict", "vocab")
 BASELINE = "negt2i_baseline"
-GOAL_X_REFERENCE = 1.0
+GOAL_X_REFERENCE = 0.8
 """The goal: the slowest prompt's CPU median at most this many times the reference workload's (see the docs)."""
 
 

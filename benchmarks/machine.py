@@ -7,11 +7,15 @@ the code's time divided by the time of ``REFERENCE``, a fixed workload timed in 
 run, interleaved with the code (so a slower, busier or throttled machine slows both). The reference is made of
 the kinds of operations the rules and the CPU path spend their time on, in about the same shares:
 
-- whole-mask passes over five 1024 x 1024 boolean masks (``flatnonzero`` + ``divmod``, row and column counts,
-  ``any`` along rows, a boundary by shifted AND, 2 x 2 pooling): memory-bound NumPy;
-- a k-d tree over the masks' boundary pixels (about 5,000 points, leaves of 64) and 24 small queries: SciPy;
+- five 1024 x 1024 boolean masks measured as ``negt2i.core.geometry.mask_stats`` does: one whole-mask pass
+  (occupied rows, eight pixels at a time), then over the mask's box: occupied columns, row and column counts,
+  the 4-boundary, ``flatnonzero`` + ``divmod``, 2 x 2 pooling: memory-bound NumPy;
+- a k-d tree over the masks' boundary pixels (about 3,200 points, leaves of 64) and 12 queries of 32 points:
+  SciPy's build and its fixed cost per query;
 - a loop over small arrays (64 elements: differences, ``hypot``, ``argsort``, ``minimum``, fancy indexing):
   NumPy's per-call overhead and the interpreter;
+- image-sized arrays allocated afresh (a 512 x 512 RGB image to float, normalised and pooled; two masks
+  stacked): the page faults and memory traffic of the image transforms and the detector's mask copies;
 - pure Python: dicts, tuples, sorting and string formatting for a few hundred records, as the verdicts'
   bookkeeping.
 
@@ -78,7 +82,7 @@ def _ellipse(cy: float, cx: float, ry: float, rx: float) -> np.ndarray:
 
 class Reference:
     """The reference workload (see the module docstring): ``run()`` once is one unit; ``ms()`` its thread CPU
-    time in milliseconds (about 3 ms on a 2023 server core)."""
+    time in milliseconds (about 6 ms on the 2-vCPU development machine of issue 44)."""
 
     def __init__(self) -> None:
         from scipy.spatial import cKDTree
@@ -98,6 +102,7 @@ class Reference:
                         for _ in range(12)]  # fmt: skip
         self.small = [rng.normal(0, 100, (64, 2)) for _ in range(80)]
         self.records = [(f"object-{k}", float(v), int(k % 7)) for k, v in enumerate(rng.normal(0, 1, 500))]
+        self.image = rng.integers(0, 256, (SIZE // 2, SIZE // 2, 3), dtype=np.uint8)
 
     def run(self) -> float:
         """One unit of the workload; returns a number derived from every part (so none is optimised away)."""
@@ -129,6 +134,12 @@ class Reference:
             d = np.hypot(a[:, 0] - c[0], a[:, 1] - c[1])
             order = np.argsort(d)[:8]
             acc += float(np.minimum(d[order], 50.0).sum()) + float(a[order, 0].max())
+        pixels = self.image.astype(np.float32)  # image-sized arrays, freshly allocated: transforms, mask copies
+        pixels *= 1 / 255
+        pixels -= 0.5
+        half = pixels[::2, ::2] + pixels[1::2, 1::2]
+        stacked = np.stack(self.masks[:2])
+        acc += float(half[::64, ::64].sum()) + float(stacked[:, ::64, ::64].sum())
         table: dict[str, Any] = {}  # pure Python: the bookkeeping
         for name, value, group in self.records:
             row = {"name": name, "value": round(value, 6), "group": group, "label": f"{name}={value:.3f}"}

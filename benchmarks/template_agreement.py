@@ -43,6 +43,9 @@ from negt2i.run.jobs import discover
 from negt2i.stages.demo_data import write_demo
 from negt2i.stages.synthetic import SyntheticDepthEstimator, SyntheticDetector, SyntheticSegmenter
 
+ATTRIBUTE_CATEGORIES = frozenset({"color", "material"})
+"""The categories whose verdicts the attribute scorer decides (only their images are evaluated)."""
+
 TINY = {
     "embed_dim": 32,
     "init_logit_bias": -10,
@@ -87,7 +90,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_demo(root / "images", samples=a.samples, full=True)
-        jobs = discover(root / "images")
+        jobs = [j for j in discover(root / "images") if j.prompt and j.prompt.category and
+                j.prompt.category.value in ATTRIBUTE_CATEGORIES]  # fmt: skip
         runs: dict[str, dict[str, dict[str, Any]]] = {}
         for config in (CURRENT, ensemble):
             stages = Stages(SyntheticDetector(config=config), SyntheticSegmenter(config=config),
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
             out = root / f"{config.name}.jsonl"
             evaluate(jobs, out, stages, config=config, workers=0, progress=False)
             lines = [json.loads(line) for line in out.read_text().splitlines()]
-            runs[config.name] = {r["filename"]: r for r in lines if r.get("category") in {"color", "material"}}
+            runs[config.name] = {r["filename"]: r for r in lines if r.get("category") in ATTRIBUTE_CATEGORIES}
         single, geneval = runs[CURRENT.name], runs[ensemble.name]
         assert single.keys() == geneval.keys()
         images = sorted(single)
