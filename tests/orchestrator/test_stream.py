@@ -106,7 +106,8 @@ class _Server:
                     timer = threading.Timer(delay, answer, args=(resp,))
                     timers.append(timer)
                     timer.start()
-            except grpc.RpcError:
+            except grpc.RpcError:  # the client cancelled (a stop): end the answers too
+                out.put(None)
                 return
             for timer in timers:
                 timer.join()
@@ -115,8 +116,12 @@ class _Server:
         threading.Thread(target=read, daemon=True).start()
         while True:
             try:
-                resp = out.get(timeout=self.idle_end_s)
+                resp = out.get(timeout=self.idle_end_s or 0.5)
             except queue.Empty:
+                if not context.is_active():  # the client went away: a server thread must not wait forever
+                    return
+                if self.idle_end_s is None:
+                    continue
                 with self._lock:
                     if self.unanswered:
                         continue
