@@ -60,7 +60,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import REFERENCE_VERSION, Reference, describe, ratio  # noqa: E402
+from benchmarks.machine import REFERENCE_VERSION, Reference, describe, ratio  # noqa: E402
 
 SIZE = 1024
 GOAL_K = 300
