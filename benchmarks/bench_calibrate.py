@@ -31,8 +31,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
 
-from machine import describe
-
+from benchmarks.machine import describe
 from negt2i.ablate import VARIANTS, variant_config
 from negt2i.calibrate import with_values
 from negt2i.cli import main as cli

@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import describe  # noqa: E402
+from benchmarks.machine import describe  # noqa: E402
 
 
 def count_params(stages: Any) -> int:

@@ -60,7 +60,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import REFERENCE_VERSION, Reference, describe, ratio  # noqa: E402
+from benchmarks.machine import REFERENCE_VERSION, Reference, describe, ratio  # noqa: E402
 
 SIZE = 1024
 GOAL_K = 300
@@ -147,7 +147,6 @@ def stub_detector(honour_filter: bool = True) -> Any:
 
     class StubRFDETRDetector(RFDETRDetector):
         outputs: dict[int, StubPrediction]
-        calls = 0
 
         def prepare(self, request: Any) -> Any:
             start = self.clock()
@@ -161,7 +160,6 @@ def stub_detector(honour_filter: bool = True) -> Any:
             return super().run_prepared(prepared, classes, max_per_class=max_per_class)
 
         def _forward(self, batch: Any, sizes: list[tuple[int, int]]) -> list[dict[str, Any]]:
-            type(self).calls += 1
             post = self._post
             request = post.request if honour_filter else None
             out, counts = [], []
@@ -226,10 +224,7 @@ def stub_segmenter() -> Any:
     from negt2i.stages.sam2_backend import SAM2Segmenter, make_predictor
 
     class StubSAM2Segmenter(SAM2Segmenter):
-        calls = 0
-
         def _encode(self, prepared: Sequence[Any]) -> None:
-            type(self).calls += 1
             self.predictor.reset_predictor()
             self.predictor._orig_hw = [p.shape_hw for p in prepared]
 

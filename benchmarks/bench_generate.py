@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
 
-from machine import describe
+from benchmarks.machine import describe
 
 IMAGES_PER_MODEL = 4_800 * 4
 

@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import describe  # noqa: E402
+from benchmarks.machine import describe  # noqa: E402
 
 STAGES = ("detector", "segmenter", "attributes", "depth")
 PROMPT = {

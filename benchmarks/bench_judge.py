@@ -49,9 +49,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
 
-from machine import REFERENCE_VERSION, Reference, describe, ratio
-
 import negt2i
+from benchmarks.machine import REFERENCE_VERSION, Reference, describe, ratio
 
 SIZE = 1024
 CLASSES = ("laptop", "zebra", "backpack", "surfboard", "carrot")

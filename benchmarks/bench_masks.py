@@ -28,7 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import describe  # noqa: E402
+from benchmarks.machine import describe  # noqa: E402
 
 
 def per_mask_ms(fn: Callable[[Any], Any], items: Sequence[Any], repeats: int = 3) -> float:

@@ -53,7 +53,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import describe  # noqa: E402
+from benchmarks.machine import describe  # noqa: E402
 
 BEFORE = "0b80ddd"
 """main before the change (issue 31, item 6)."""

@@ -42,8 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import describe  # noqa: E402
-
+from benchmarks.machine import describe  # noqa: E402
 from tests.services.light_stages import start_light_stages  # noqa: E402
 from tests.services.live import (  # noqa: E402
     Proc,

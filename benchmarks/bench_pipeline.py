@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
 
-from machine import describe
+from benchmarks.machine import describe
 
 STAGES = ("detector", "segmenter", "attributes", "depth", "pipeline")
 

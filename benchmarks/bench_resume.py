@@ -26,8 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
 
-from machine import describe
-
+from benchmarks.machine import describe
 from negt2i.core.config import CURRENT
 from negt2i.core.results import ResultsWriter
 from negt2i.evaluate import evaluate

@@ -47,8 +47,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import describe  # noqa: E402
-
+from benchmarks.machine import describe  # noqa: E402
 from negt2i.client import EvaluatorClient, make_request  # noqa: E402
 from negt2i.core.spec import parse_prompt  # noqa: E402
 from negt2i.reward import RewardClient, RewardJudge  # noqa: E402

@@ -42,8 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import describe  # noqa: E402
-
+from benchmarks.machine import describe  # noqa: E402
 from negt2i.client import EvaluatorClient, make_request  # noqa: E402
 from negt2i.evaluate import evaluate  # noqa: E402
 from negt2i.pipeline import Stages  # noqa: E402

@@ -40,8 +40,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from machine import describe  # noqa: E402
-
+from benchmarks.machine import describe  # noqa: E402
 from negt2i.core.vocab import COCO_CLASSES  # noqa: E402
 from negt2i.wire import adapter  # noqa: E402
 from negt2i.wire.stage_table import STAGE_TABLE  # noqa: E402

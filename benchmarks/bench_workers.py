@@ -56,8 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
 
-from machine import describe
-
+from benchmarks.machine import describe
 from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
 from negt2i.run.jobs import discover

@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
 
-from machine import describe
+from benchmarks.machine import describe
 
 LIMIT_S = 1.0
 """The most CPU time one decode may take."""

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from machine import describe  # noqa: E402
+from benchmarks.machine import describe  # noqa: E402
 
 STAGES = ("detector", "segmenter", "attributes", "depth")
 DTYPES = ("fp32", "bf16", "fp16")

@@ -34,8 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this tree's negt2i, wherever it is run from
 
-from machine import describe
-
+from benchmarks.machine import describe
 from negt2i.core.config import CURRENT, AttributeConfig, RuleConfig
 from negt2i.evaluate import evaluate
 from negt2i.pipeline import Stages
