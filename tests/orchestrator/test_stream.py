@@ -113,15 +113,22 @@ class _Server:
             out.put(None)
 
         threading.Thread(target=read, daemon=True).start()
+        idle_since = time.monotonic()
         while True:
             try:
-                resp = out.get(timeout=self.idle_end_s)
+                resp = out.get(timeout=0.05)
             except queue.Empty:
+                if not context.is_active():  # the client left, or the server stopped: so does this thread
+                    return  # (else it waits forever and the executor's exit hook hangs the interpreter's exit)
+                if self.idle_end_s is None or time.monotonic() - idle_since < self.idle_end_s:
+                    continue
                 with self._lock:
                     if self.unanswered:
+                        idle_since = time.monotonic()
                         continue
                     self.idle_ended += 1
                 context.abort_with_status(_overloaded("the stream was idle while others waited"))
+            idle_since = time.monotonic()
             if resp is None:
                 return
             yield resp
