@@ -225,7 +225,9 @@ def test_the_stall_watchdog_stops_the_run_and_leaves_the_rest() -> None:
     start = time.monotonic()
     answers, submitter, _ = _run(lambda item, _: ("drop" if item == 1 else "ok", 0.0), range(8), window=2,
                                  policy=policy)  # fmt: skip
-    assert time.monotonic() - start < 5
+    # stopped by the watchdog (the stream_error below) once item 1 went unanswered for 0.5 s; 30 s only guards
+    # against a watchdog on another clock than the item timeout (the figure is not the test's)
+    assert time.monotonic() - start < 30
     assert [a.index for a in answers] == list(range(8))
     # the stuck item holds one of the two places; the others pass through the other; then nothing is answered
     assert [bool(a.left) for a in answers] == [i == 1 for i in range(8)]
