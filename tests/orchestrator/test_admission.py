@@ -69,14 +69,16 @@ def test_refusals_when_the_queue_is_full_or_the_wait_runs_out() -> None:
     async def run() -> None:
         adm = Admission(budget_bytes=10, max_active=1, max_waiting=1, max_wait_s=0.2)
         held = await adm.acquire(1)
-        waiter = asyncio.create_task(adm.acquire(1))
-        await asyncio.sleep(0.01)
-        with pytest.raises(Overloaded, match="capacity"):
-            await adm.acquire(1)  # one already waits: refused at once
         start = time.monotonic()
-        with pytest.raises(Overloaded, match="no capacity within"):
-            await waiter
-        assert 0.15 < time.monotonic() - start < 2
+        waiter = asyncio.create_task(adm.acquire(1))
+        await asyncio.sleep(0)  # the waiter queues
+        assert adm.waiting == 1
+        with pytest.raises(Overloaded, match="at capacity"):
+            await adm.acquire(1)  # one already waits: refused at once, without waiting
+        assert adm.waiting == 1 and not waiter.done()
+        with pytest.raises(Overloaded, match=r"no capacity within 0\.2 s"):
+            await asyncio.wait_for(waiter, 30)  # 30 s: a guard against a hang
+        assert time.monotonic() - start >= 0.2  # it waited out max_wait_s (a lower bound: no machine is too slow)
         # a deadline shorter than max_wait_s cuts the wait
         with pytest.raises(Overloaded):
             await adm.acquire(1, deadline=time.monotonic() + 0.01)

@@ -85,14 +85,17 @@ def test_connection_errors_are_unavailable_after_bounded_retries():
 
 
 def test_deadline_cuts_the_call_and_maps_to_deadline_exceeded():
+    answered: list[float] = []
+
     async def slow(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(5)
+        answered.append(time.monotonic())
         return httpx.Response(200, json=[RESULT])
 
-    start = time.monotonic()
     with pytest.raises(StageError) as err:
         _detect(_stages(slow), budget=0.3)
-    assert err.value.code == "DEADLINE_EXCEEDED" and time.monotonic() - start < 2
+    assert err.value.code == "DEADLINE_EXCEEDED"
+    assert answered == []  # cut at the deadline, not after the stage answered (5 s later)
 
 
 def test_full_queue_is_resource_exhausted():
