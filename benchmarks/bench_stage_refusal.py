@@ -1,7 +1,10 @@
 """How long a stage service takes to refuse a request it has no room for (HTTP 503), against its model call.
 
     .venv/bin/python benchmarks/bench_stage_refusal.py [--clients 16] [--max-queue 8] [--rounds 5]
-        [--call-s 0.5]
+        [--call-s 0.5] [--smoke]
+
+``--smoke`` (tests/benchmarks/test_smoke.py): 4 clients, room for 2, one round of 0.2 s calls; the time is
+mostly the BentoML service's start.
 
 A segmenter service (``tests/services/batch_backend.py``: ``--call-s`` seconds per model call, batches of 4,
 ``--max-queue`` items admitted at once) as a real process on 127.0.0.1. Each round holds its model
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.machine import describe  # noqa: E402
 from tests.services.live import start_stage, wait_ready  # noqa: E402
 
 
@@ -111,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-queue", type=int, default=8)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--call-s", type=float, default=0.5)
+    p.add_argument("--smoke", action="store_true", help="a few seconds' check that the script works (CI)")
     a = p.parse_args(argv)
+    if a.smoke:
+        a.clients, a.max_queue, a.rounds, a.call_s = 4, 2, 1, 0.2
     if not 0 < a.max_queue < a.clients:
         p.error("--max-queue must be above 0 and below --clients")
     tmp = Path(tempfile.mkdtemp(prefix="bench-refusal-"))
@@ -131,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             admitted += ok
     finally:
         proc.kill()
+    print(describe())
     print(f"{a.clients} clients, room for {a.max_queue}, model call {a.call_s:g} s, {a.rounds} rounds")
     print(_summary(f"refused ({len(refused)})", refused))
     print(_summary(f"admitted ({len(admitted)}, held until the refusals were in)", admitted))

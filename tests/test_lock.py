@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tomllib
 from importlib import metadata
 from pathlib import Path
@@ -110,7 +111,10 @@ def test_the_test_environment_is_exactly_the_lock() -> None:
     if Path(sys.prefix).resolve() != (REPO / ".venv").resolve():
         pytest.skip(f"not running in this checkout's .venv (make setup) but in {sys.prefix}")
     norm = requirements_module()._name
-    installed = {norm(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    # the venv's own site-packages only: setuptools puts its vendored copies (jaraco, zipp, packaging ...) on
+    # sys.path once anything imports it
+    site = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    installed = {norm(d.metadata["Name"]): d.version for d in metadata.distributions(path=site)}
     wanted = {name: version for name, (version, entry) in lock_entries().items() if _applies_here(entry)}
     missing = {n: v for n, v in wanted.items() if n not in installed}
     other = {n: (installed[n], v) for n, v in wanted.items() if n in installed and installed[n] != v}

@@ -112,6 +112,14 @@ SMOKE: dict[str, Smoke] = {
         figures=(rf"^ratio services / embedded \(auto\): {NUMBER}x ",),
         needs=("grpc",),
     ),
+    "bench_stage_refusal.py": Smoke(
+        figures=(
+            rf"^refused \(\d+\): median {NUMBER} ms, p90 {NUMBER} ms, max {NUMBER} ms$",
+            rf"^admitted \(\d+, held until the refusals were in\): median {NUMBER} ms, p90 {NUMBER} ms, "
+            rf"max {NUMBER} ms$",
+        ),
+        needs=("bentoml",),
+    ),
     "bench_stage_transport.py": Smoke(
         figures=(
             rf"^all four stages \(K=20\): orchestrator json {NUMBER} ms vs protobuf {NUMBER} ms per image; "
