@@ -85,13 +85,13 @@ def test_a_waiting_stream_ends_the_idle_holder() -> None:
 
     async def main() -> None:
         places = StreamPlaces(1, idle_s=0.2, max_wait_s=30, check_s=0.02)
+        t0 = asyncio.get_running_loop().time()  # before a is idle: what follows is a lower bound on any machine
         (_, a), (cb, b) = _gate(places), _gate(places)
         ra = asyncio.ensure_future(a.__anext__())
         await asyncio.sleep(0.01)
         cb.queue.put_nowait("b1")
-        t0 = asyncio.get_running_loop().time()
         assert await b.__anext__() == "b1"
-        assert 0.15 <= asyncio.get_running_loop().time() - t0 < 5
+        assert asyncio.get_running_loop().time() - t0 >= 0.2  # a was ended once idle for idle_s, not before
         with pytest.raises(StopAsyncIteration):
             await ra
         assert "idle" in a.refusal and not b.refusal and places.evicted == 1
@@ -134,11 +134,11 @@ def test_the_idle_clock_starts_at_the_last_answer() -> None:
         assert await a.__anext__() == "a1"
         ra = asyncio.ensure_future(a.__anext__())
         await asyncio.sleep(0.4)  # a waits with one item unanswered: not idle, however long
+        t0 = asyncio.get_running_loop().time()  # before the answer: a lower bound on any machine
         a.answered()
         cb.queue.put_nowait("b1")
-        t0 = asyncio.get_running_loop().time()
         assert await b.__anext__() == "b1"
-        assert asyncio.get_running_loop().time() - t0 >= 0.25  # idle from the answer, not from the ask
+        assert asyncio.get_running_loop().time() - t0 >= 0.3  # idle from the answer, not from the ask
         with pytest.raises(StopAsyncIteration):
             await ra
 
@@ -155,7 +155,8 @@ def test_a_deadline_shorter_than_the_wait_cuts_it() -> None:
         t0 = asyncio.get_running_loop().time()
         with pytest.raises(StopAsyncIteration):
             await b.__anext__()
-        assert asyncio.get_running_loop().time() - t0 < 2 and "within 0.2 s" in b.refusal
+        assert "within 0.2 s" in b.refusal  # cut by its deadline, not by max_wait_s (60 s)
+        assert asyncio.get_running_loop().time() - t0 < 30  # (a guard only: the message says which)
         ra.cancel()
 
     _run(main())

@@ -148,6 +148,7 @@ def test_strict_stages_refuse_it_and_submit_says_why_within_seconds(
     orch = start_orchestrator({**stage_urls, "detector": url}, live_tmp, env={"NEGT2I_STRICT_STAGES": "1"})
     try:
         wait_log(orch, "detector at " + url + " refused")
+        wait_log(orch, "health: the detector is refused")  # health and its details follow at the poll's end
         with EvaluatorClient(orch.target) as client:
             info = client.info()
             status, details = client.health_details()
